@@ -1,0 +1,171 @@
+"""Side-by-side benchmark: baseline and MTP (for each draft length) on the same prompts,
+in one run, with the same loaded models. Greedy, so outputs must match token for token;
+a difference is classified as a near-tie when the baseline's top-2 logit gap at the first
+differing token is below NEAR_TIE_GAP (batched and one-row decodes round differently).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .engine import Engine, GenerationConfig, GenerationResult
+from .stats import GenerationStats
+
+# Batched vs one-row target logits differ by up to ~1.3e-2 here (FA on, F16 KV cache);
+# tests/test_equivalence.py measures that noise on the synthetic models and checks that
+# this gap stays well above it.
+NEAR_TIE_GAP = 0.05
+
+
+def load_prompts(path: str | Path | None = None) -> list[dict]:
+    """JSONL, one {"prompt": str, "raw": bool?} or {"messages": [...]} per line."""
+    if path is None:
+        text = resources.files("resources").joinpath("prompts/bench.jsonl").read_text("utf-8")
+        src = "built-in prompts"
+    else:
+        text = Path(path).read_text("utf-8")
+        src = str(path)
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{src}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str) or isinstance(obj.get("messages"), list)):
+            raise ValueError(f'{src}:{n}: expected {{"prompt": "..."}} or {{"messages": [...]}}')
+        out.append(obj)
+    if not out:
+        raise ValueError(f"{src}: no prompts")
+    return out
+
+
+def prompt_tokens(engine: Engine, item: dict) -> list[int]:
+    if "messages" in item:
+        return engine.format_chat(item["messages"])
+    if item.get("raw"):
+        return engine.tokenize(item["prompt"], add_special=True, parse_special=False)
+    return engine.format_chat([{"role": "user", "content": item["prompt"]}])
+
+
+@dataclass
+class Aggregate:
+    """Sums over prompts; rates are computed from the sums (token-weighted)."""
+
+    mode: str
+    draft_max: int = 0
+    runs: list[GenerationStats] = field(default_factory=list)
+    identical: int = 0
+    near_ties: int = 0
+    mismatches: int = 0
+
+    def _sum(self, name):
+        return sum(getattr(r, name) for r in self.runs)
+
+    def stats(self) -> dict:
+        s = GenerationStats(mode=self.mode, draft_max=self.draft_max)
+        for name in ("prompt_tokens", "prefill_tokens", "prefill_s", "ttft_s", "decode_s",
+                     "generated_tokens", "steps", "draft_tokens", "accepted_tokens", "llama_s",
+                     "draft_llama_s"):
+            setattr(s, name, self._sum(name))
+        n = max((len(r.drafted_at) for r in self.runs), default=0)
+        s.drafted_at = [sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at)) for i in range(n)]
+        s.accepted_at = [sum(r.accepted_at[i] for r in self.runs if i < len(r.accepted_at)) for i in range(n)]
+        d = s.to_dict()
+        d["ttft_s"] = s.ttft_s / max(1, len(self.runs))  # mean, not sum
+        d["prompts"] = len(self.runs)
+        # per-token costs inside llama.cpp, for the ideal speed-up
+        if self.mode == "mtp" and s.steps:
+            d["draft_step_ms"] = 1e3 * s.draft_llama_s / max(1, s.draft_tokens)
+            d["verify_ms"] = 1e3 * (s.llama_s - s.draft_llama_s) / s.steps
+        elif s.steps:
+            d["decode_step_ms"] = 1e3 * s.llama_s / s.steps
+        return d
+
+
+def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list[int], max_tokens: int = 128,
+              progress=None) -> dict:
+    if not engine.has_mtp:
+        raise ValueError("bench needs a drafter (--drafter) to compare against")
+    toks = [prompt_tokens(engine, p) for p in prompts]
+    # Warm-up (first decodes pay for allocations and page faults), not counted.
+    for use_mtp in (False, True):
+        engine.reset()
+        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=draft_maxes[0]))
+
+    base = Aggregate("baseline")
+    base_out: list[GenerationResult] = []
+    for i, t in enumerate(toks):
+        engine.reset()
+        r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=False))
+        base.runs.append(r.stats)
+        base_out.append(r)
+        if progress:
+            progress(f"baseline {i + 1}/{len(toks)}")
+
+    result = {"baseline": base.stats(), "mtp": []}
+    for k in draft_maxes:
+        agg = Aggregate("mtp", k)
+        for i, t in enumerate(toks):
+            engine.reset()
+            r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=True, draft_max=k))
+            agg.runs.append(r.stats)
+            ref = base_out[i].tokens
+            if r.tokens == ref:
+                agg.identical += 1
+            else:
+                j = next((n for n, (a, b) in enumerate(zip(r.tokens, ref)) if a != b), min(len(r.tokens), len(ref)))
+                margin = engine.next_token_margin(t + ref[:j]) if j < len(ref) else 0.0
+                if margin < NEAR_TIE_GAP:
+                    agg.near_ties += 1
+                else:
+                    agg.mismatches += 1
+            if progress:
+                progress(f"mtp k={k} {i + 1}/{len(toks)}")
+        d = agg.stats()
+        b = result["baseline"]
+        d["speedup"] = (d["decode_tps"] / b["decode_tps"]) if d["decode_tps"] and b["decode_tps"] else None
+        d["identical"] = agg.identical
+        d["near_ties"] = agg.near_ties
+        d["mismatches"] = agg.mismatches
+        # Ideal speed-up: tokens per step x one decode's cost / (k drafts + one verify),
+        # all measured inside llama.cpp, i.e. with zero orchestration overhead.
+        if b.get("decode_step_ms") and d.get("verify_ms") and d.get("mean_accepted_length"):
+            cost = d["draft_step_ms"] * d["draft_tokens"] / max(1, d["steps"]) + d["verify_ms"]
+            d["ideal_speedup"] = d["mean_accepted_length"] * b["decode_step_ms"] / cost
+        result["mtp"].append(d)
+    engine.reset()
+    return result
+
+
+def _f(x, fmt):
+    return "-" if x is None else format(x, fmt)
+
+
+def format_table(res: dict) -> str:
+    b = res["baseline"]
+    head = (f"{'mode':<9}{'k':>3}{'tok/s':>9}{'speed-up':>10}{'ideal':>8}{'accept':>8}"
+            f"{'tok/step':>9}{'verify':>9}{'draft':>8}{'py':>6}{'identical':>11}{'near-tie':>9}{'mismatch':>9}")
+    lines = [head, "-" * len(head)]
+    lines.append(f"{'baseline':<9}{'-':>3}{_f(b['decode_tps'], '.1f'):>9}{'1.00x':>10}{'':>8}{'-':>8}"
+                 f"{'1.00':>9}{_f(b.get('decode_step_ms'), '.2f') + 'ms':>9}{'-':>8}"
+                 f"{_f(b['python_share'] and b['python_share'] * 100, '.0f') + '%':>6}{'-':>11}{'-':>9}{'-':>9}")
+    for m in res["mtp"]:
+        n = m["prompts"]
+        lines.append(
+            f"{'mtp':<9}{m['draft_max']:>3}{_f(m['decode_tps'], '.1f'):>9}"
+            f"{_f(m['speedup'], '.2f') + 'x':>10}{_f(m.get('ideal_speedup'), '.2f') + 'x':>8}"
+            f"{_f(m['acceptance_rate'] and m['acceptance_rate'] * 100, '.0f') + '%':>8}"
+            f"{_f(m['mean_accepted_length'], '.2f'):>9}{_f(m.get('verify_ms'), '.2f') + 'ms':>9}"
+            f"{_f(m.get('draft_step_ms'), '.2f') + 'ms':>8}"
+            f"{_f(m['python_share'] and m['python_share'] * 100, '.0f') + '%':>6}"
+            f"{str(m['identical']) + '/' + str(n):>11}{m['near_ties']:>9}{m['mismatches']:>9}")
+    lines.append("")
+    lines.append("tok/s: decode tokens per second (prefill excluded); ideal: speed-up predicted from the "
+                 "measured decode, verify and draft-step costs with no Python overhead; "
+                 "py: share of decode time outside llama.cpp; tok/step: tokens per verify step.")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""Chat formatting: the model's own template, rendered in a Jinja sandbox, and the split of
+Gemma 4 output into thinking and answer text.
+
+Templates come from model files, i.e. from outside: they are rendered in an
+ImmutableSandboxedEnvironment (no attribute tricks, no mutation of our objects), and
+nothing in a template or in model output is ever executed or loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jinja2 import TemplateError as JinjaTemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import TemplateError
+
+CHANNEL_OPEN = "<|channel>"
+CHANNEL_CLOSE = "<channel|>"
+
+# Used when a file carries no template: the plain Gemma turn format.
+FALLBACK_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+    "{{ 'model' if m['role'] == 'assistant' else 'user' }}\n{{ m['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def _raise(msg):
+    raise JinjaTemplateError(msg)
+
+
+_env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
+_env.globals["raise_exception"] = _raise
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               enable_thinking: bool = False) -> str:
+        for m in messages:
+            if m.get("role") not in ("system", "user", "assistant"):
+                raise TemplateError(f"unknown message role {m.get('role')!r}")
+        try:
+            tmpl = _env.from_string(self.source)
+            return tmpl.render(
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                enable_thinking=enable_thinking,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except JinjaTemplateError as e:
+            raise TemplateError(f"the model's chat template failed: {e}") from None
+        except Exception as e:  # sandbox SecurityError, type errors inside the template, ...
+            raise TemplateError(f"the model's chat template failed: {type(e).__name__}: {e}") from None
+
+
+class ChannelSplitter:
+    """Token-level parser for Gemma 4's thinking channel.
+
+    `<|channel>` (one special token) opens a channel whose name runs to the first newline
+    ("thought"); text up to `<channel|>` is thinking. Other control tokens are hidden.
+    """
+
+    def __init__(self):
+        self.in_channel = False
+        self._name_pending = False
+
+    def feed(self, text: str, control: str | None) -> tuple[str, str]:
+        """One token: its text, or for a control token its marker. Returns (answer, thinking)."""
+        if control is not None:
+            if control == CHANNEL_OPEN:
+                self.in_channel = True
+                self._name_pending = True
+            elif control == CHANNEL_CLOSE:
+                self.in_channel = False
+                self._name_pending = False
+            return "", ""
+        if not self.in_channel:
+            return text, ""
+        if self._name_pending:
+            nl = text.find("\n")
+            if nl < 0:
+                return "", ""
+            self._name_pending = False
+            text = text[nl + 1:]
+        return "", text
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """Split a finished text that still contains channel markers into (answer, thinking)."""
+    answer, thinking = [], []
+    rest = text
+    while CHANNEL_OPEN in rest:
+        before, _, after = rest.partition(CHANNEL_OPEN)
+        answer.append(before)
+        body, closed, rest = after.partition(CHANNEL_CLOSE)
+        if "\n" in body:
+            body = body.split("\n", 1)[1]
+        else:
+            body = ""
+        thinking.append(body)
+        if not closed:
+            rest = ""
+    answer.append(rest)
+    return "".join(answer), "".join(thinking)

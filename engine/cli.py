@@ -1,0 +1,187 @@
+"""Command line: `tandem generate | bench | make-test-models` (usable without Qt).
+
+Bad arguments and bad files give one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import TandemError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        sys.stderr.write(f"tandem: error: {message} (see tandem {self.prog.split()[-1]} --help)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive(kind=int):
+    def conv(s):
+        v = kind(s)
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+        return v
+    return conv
+
+
+def _add_load_args(p):
+    p.add_argument("--model", "-m", required=True, help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline)")
+    p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
+    p.add_argument("--ctx", type=_positive(), default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-1 = all)")
+    p.add_argument("--drafter-gpu-layers", type=int, default=0, help="drafter layers on the GPU (-1 = all)")
+    p.add_argument("--no-flash-attn", action="store_true", help="disable flash attention (both contexts)")
+    p.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def _add_sampling_args(p):
+    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=64)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="tandem", description="Tandem: Gemma 4 with MTP speculative decoding")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate a reply to one prompt")
+    _add_load_args(g)
+    _add_sampling_args(g)
+    g.add_argument("--no-mtp", action="store_true", help="baseline decoding even with a drafter")
+    g.add_argument("--draft-max", type=_positive(), default=3, help="tokens drafted per step (default 3)")
+    g.add_argument("--max-tokens", type=_positive(), default=256)
+    g.add_argument("--raw", action="store_true", help="no chat template: complete the text as is")
+    g.add_argument("--system", help="system prompt")
+    g.add_argument("--thinking", action="store_true", help="enable Gemma 4 thinking mode")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("prompt")
+
+    b = sub.add_parser("bench", help="baseline vs MTP side by side on the same prompts")
+    _add_load_args(b)
+    b.add_argument("--prompts", help="JSONL file of prompts (default: the built-in set)")
+    b.add_argument("--max-tokens", type=_positive(), default=128)
+    b.add_argument("--draft-max", type=_positive(), nargs="+", default=[1, 2, 3, 4])
+    b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+
+    m = sub.add_parser("make-test-models", help="write a synthetic Gemma 4 target + MTP drafter")
+    m.add_argument("outdir")
+    m.add_argument("--size", choices=["tiny", "e2b"], default="tiny")
+    m.add_argument("--agreement", type=float, default=1.0, help="how often the drafter agrees, 0..1")
+    return ap
+
+
+def _load(args):
+    from .engine import Engine
+    from .runtime import LoadOptions
+
+    opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads, target_gpu_layers=args.gpu_layers,
+                       drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
+                       verbose=args.verbose)
+    return Engine.load(args.model, args.drafter, opts)
+
+
+def cmd_generate(args) -> int:
+    from .engine import GenerationConfig
+    from .sampling import SamplingParams
+
+    sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        min_p=args.min_p, repeat_penalty=args.repeat_penalty)
+    sp.validate()
+    engine = _load(args)
+    try:
+        if not args.no_mtp and not engine.has_mtp and not args.json:
+            print("tandem: no drafter loaded: decoding without MTP (baseline)", file=sys.stderr)
+        cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp,
+                               draft_max=args.draft_max, sampling=sp, seed=args.seed)
+        if args.raw:
+            prompt = engine.tokenize(args.prompt, add_special=True, parse_special=False)
+        else:
+            msgs = ([{"role": "system", "content": args.system}] if args.system else [])
+            msgs.append({"role": "user", "content": args.prompt})
+            prompt = engine.format_chat(msgs, enable_thinking=args.thinking)
+
+        def stream(ev):
+            if not args.json:
+                if ev.thinking:
+                    sys.stderr.write(ev.thinking)
+                sys.stdout.write(ev.answer)
+                sys.stdout.flush()
+
+        res = engine.run(prompt, cfg, on_event=stream)
+        if args.json:
+            print(json.dumps({"text": res.answer, "thinking": res.thinking, "tokens": res.tokens,
+                              "drafted": res.drafted, "finish_reason": res.finish_reason,
+                              "stats": res.stats.to_dict()}))
+        else:
+            sys.stdout.write("\n")
+            print(f"[{res.stats.footer()} · finish: {res.finish_reason}]", file=sys.stderr)
+    finally:
+        engine.close()
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import format_table, load_prompts, run_bench
+
+    if not args.drafter:
+        raise ValueError("bench compares baseline with MTP and needs --drafter")
+    prompts = load_prompts(args.prompts)
+    engine = _load(args)
+    try:
+        t = engine.rt.target_info
+        d = engine.rt.drafter_info
+        print(f"target  {t.path.name} ({t.arch}, {t.file_size / 2**20:.1f} MiB)\n"
+              f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n"
+              f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
+              f"max {args.max_tokens} tokens, greedy\n", flush=True)
+        res = run_bench(engine, prompts, args.draft_max, args.max_tokens,
+                        progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True))
+        print("\r", end="", file=sys.stderr)
+        print(format_table(res))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(res, f, indent=2)
+    finally:
+        engine.close()
+    return 0
+
+
+def cmd_make_test_models(args) -> int:
+    from .testmodels import make_test_models
+
+    target, drafter = make_test_models(args.outdir, args.size, args.agreement)
+    print(f"target:  {target}\ndrafter: {drafter}")
+    return 0
+
+
+COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "make-test-models": cmd_make_test_models}
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not args.command:
+        ap.print_help()
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except (TandemError, ValueError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        sys.stderr.write(f"tandem: error: {msg}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("tandem: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,393 @@
+"""Engine: loaded models + a conversation cache + streaming generation.
+
+    engine = Engine.load("target.gguf", "drafter.gguf")
+    for ev in engine.chat([{"role": "user", "content": "Hi"}], GenerationConfig(draft_max=3)):
+        print(ev.answer, end="", flush=True)
+
+A generation is an iterator of `GenerationEvent`s (one per decoding step). The KV cache
+of the previous generation is kept and only the new suffix of a prompt is decoded.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .chat import FALLBACK_TEMPLATE, ChannelSplitter, ChatTemplate
+from .errors import ContextOverflowError, EngineError, MTPUnavailableError
+from .llama import lib
+from .runtime import LoadOptions, Runtime
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .strategies import make_strategy
+from .strategies.base import DecodeState
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    use_mtp: bool = True  # ignored (baseline) when no drafter is loaded, unless strict
+    draft_max: int = 3
+    sampling: SamplingParams = SamplingParams()
+    seed: int | None = None
+    strict_mtp: bool = False  # raise instead of falling back to baseline
+
+
+@dataclass
+class TokenPiece:
+    id: int
+    text: str  # visible text this token added (may be "" mid UTF-8 character)
+    drafted: bool  # True: proposed by the drafter and accepted by the target
+    channel: str  # "answer", "thinking" or "control"
+
+
+@dataclass
+class GenerationEvent:
+    pieces: list[TokenPiece]
+    answer: str  # answer text added by this step
+    thinking: str  # thinking text added by this step
+    stats: GenerationStats
+    finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+
+    @property
+    def tokens(self) -> list[int]:
+        return [p.id for p in self.pieces]
+
+    @property
+    def text(self) -> str:
+        return self.answer
+
+
+@dataclass
+class GenerationResult:
+    answer: str = ""
+    thinking: str = ""
+    tokens: list[int] = field(default_factory=list)
+    drafted: list[bool] = field(default_factory=list)
+    stats: GenerationStats | None = None
+
+    @property
+    def finish_reason(self):
+        return self.stats.finish_reason if self.stats else None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Engine:
+    def __init__(self, runtime: Runtime):
+        self.rt = runtime
+        self._cached: list[int] = []  # tokens whose K/V are in the target cache, in order
+        self._cancel = threading.Event()
+        self._busy = threading.Lock()
+        self._piece_cache: dict[int, bytes] = {}
+        self._control: dict[int, str | None] = {}
+        tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
+        source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
+        self.template = ChatTemplate(
+            source,
+            bos_token=self._token_text(lib.llama_vocab_bos(runtime.vocab)),
+            eos_token=self._token_text(lib.llama_vocab_eos(runtime.vocab)),
+        )
+
+    # ---- loading ---------------------------------------------------------------------
+    @classmethod
+    def load(cls, target, drafter=None, options: LoadOptions | None = None,
+             progress: Callable[[str, float], bool] | None = None) -> "Engine":
+        return cls(Runtime(target, drafter, options or LoadOptions(), progress))
+
+    def close(self) -> None:
+        self.cancel()
+        with self._busy:
+            self.rt.close()
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.rt.has_drafter
+
+    @property
+    def n_ctx(self) -> int:
+        return self.rt.n_ctx
+
+    def cancel(self) -> None:
+        """Ask a running generation (on another thread) to stop after its current step."""
+        self._cancel.set()
+
+    # ---- text <-> tokens -----------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (lib.llama_token * n_max)()
+        n = lib.llama_tokenize(self.rt.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (lib.llama_token * n_max)()
+            n = lib.llama_tokenize(self.rt.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            raise EngineError("tokenization failed")
+        return list(buf[:n])
+
+    def _token_text(self, tok: int) -> str:
+        if tok < 0:
+            return ""
+        return self._piece(tok, special=True).decode("utf-8", "replace")
+
+    def _piece(self, tok: int, special: bool = False) -> bytes:
+        key = tok if not special else -1 - tok
+        b = self._piece_cache.get(key)
+        if b is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lib.llama_token_to_piece(self.rt.vocab, tok, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lib.llama_token_to_piece(self.rt.vocab, tok, buf, -n, 0, special)
+            b = buf.raw[: max(n, 0)]
+            self._piece_cache[key] = b
+        return b
+
+    def _control_text(self, tok: int) -> str | None:
+        """The marker text of a control token, None for ordinary text tokens."""
+        if tok not in self._control:
+            is_ctl = lib.llama_vocab_is_control(self.rt.vocab, tok)
+            self._control[tok] = self._token_text(tok) if is_ctl else None
+        return self._control[tok]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self._piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, tok: int) -> bool:
+        return bool(lib.llama_vocab_is_eog(self.rt.vocab, tok))
+
+    # ---- chat --------------------------------------------------------------------------
+    def format_chat(self, messages: list[dict], enable_thinking: bool = False) -> list[int]:
+        text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
+        return self.tokenize(text, add_special=False, parse_special=True)
+
+    def fits(self, messages: list[dict], config: GenerationConfig, enable_thinking=False) -> bool:
+        return len(self.format_chat(messages, enable_thinking)) + 1 < self.n_ctx
+
+    def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False) -> list[dict]:
+        """Remove the oldest user/assistant exchanges (keeping a system message and the last
+        user message) until the prompt leaves room to answer; what a user accepts when told
+        the conversation no longer fits."""
+        msgs = list(messages)
+        head = [m for m in msgs[:1] if m.get("role") == "system"]
+        body = msgs[len(head):]
+        room = max(64, self.n_ctx // 8)
+        while len(body) > 1 and len(self.format_chat(head + body, enable_thinking)) + room > self.n_ctx:
+            body = body[2:] if len(body) > 2 and body[1].get("role") == "assistant" else body[1:]
+        return head + body
+
+    def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
+             enable_thinking: bool = False) -> Iterator[GenerationEvent]:
+        return self.generate(self.format_chat(messages, enable_thinking), config)
+
+    def complete(self, prompt: str, config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
+        """Raw completion: no chat template (BOS added if the model wants one)."""
+        return self.generate(self.tokenize(prompt, add_special=True, parse_special=False), config)
+
+    # ---- generation ----------------------------------------------------------------
+    def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
+        """Check the request now (errors raise here, not on first iteration), then stream."""
+        config.sampling.validate()
+        if config.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) + 1 > self.n_ctx:
+            raise ContextOverflowError(
+                f"the conversation is {len(prompt)} tokens but the context holds {self.n_ctx}; "
+                "drop the oldest turns or raise the context size",
+                needed=len(prompt) + 1, n_ctx=self.n_ctx)
+        use_mtp = config.use_mtp and self.has_mtp
+        if config.use_mtp and not self.has_mtp and config.strict_mtp:
+            raise MTPUnavailableError(
+                "MTP needs a Gemma 4 target with its matching gemma-4 assistant drafter; "
+                "none is loaded")
+        strategy = make_strategy("mtp" if use_mtp else "baseline", config.draft_max)
+        self._cancel.clear()
+        return self._run(list(prompt), config, strategy)
+
+    def _prefill(self, st: DecodeState, prompt: list[int], need_h: bool) -> None:
+        """Make the cache hold prompt[:-1], reusing the common prefix with the last request."""
+        tgt = self.rt.target
+        n = len(prompt)
+        m = _common_prefix(self._cached, prompt)
+        # MTP needs the hidden row at n-2, so at least prompt[n-2] is decoded again.
+        keep = min(m, n - 2 if need_h else n - 1)
+        keep = max(keep, 0)
+        if keep < len(self._cached):
+            tgt.truncate(keep)
+            del self._cached[keep:]
+        st.stats.reused_tokens = keep
+        todo = prompt[keep:n - 1]
+        st.stats.prefill_tokens = len(todo)
+        pos = keep
+        for i in range(0, len(todo), tgt.n_batch):
+            if self._cancel.is_set():
+                raise _Cancelled
+            chunk = todo[i:i + tgt.n_batch]
+            tgt.decode(chunk, pos, outputs="none")
+            pos += len(chunk)
+            self._cached.extend(chunk)
+            if need_h and i + tgt.n_batch >= len(todo):
+                tgt.hidden(len(chunk) - 1, st.pending_h)
+        if need_h and not todo:  # one-token prompt: nothing precedes it
+            st.pending_h[:] = 0.0
+
+    def _run(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
+        if not self._busy.acquire(blocking=False):
+            raise EngineError("the engine is already generating")
+        try:
+            yield from self._run_locked(prompt, config, strategy)
+        finally:
+            self._busy.release()
+
+    def _run_locked(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
+        rt = self.rt
+        stats = GenerationStats(mode=strategy.name,
+                                draft_max=config.draft_max if strategy.name == "mtp" else 0,
+                                prompt_tokens=len(prompt))
+        rng = np.random.default_rng(config.seed)
+        need_h = strategy.needs_drafter
+        st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats,
+                         tokens=list(prompt), n_past=len(prompt) - 1,
+                         pending_h=np.zeros(rt.n_embd, np.float32) if need_h else None,
+                         n_ctx=self.n_ctx)
+        splitter = ChannelSplitter()
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        t_start = time.perf_counter()
+        try:
+            strategy.prepare(st)
+            self._prefill(st, prompt, need_h)
+        except _Cancelled:
+            stats.finish_reason = "cancelled"
+            yield GenerationEvent([], "", "", stats, "cancelled")
+            return
+        except BaseException:
+            self._reset_cache()
+            raise
+        t_prefill = time.perf_counter()
+        stats.prefill_s = t_prefill - t_start
+        llama0 = rt.target.llama_s + (rt.drafter.llama_s if rt.drafter else 0.0)
+        draft0 = rt.drafter.llama_s if rt.drafter else 0.0
+
+        finish = None
+        while finish is None:
+            if self._cancel.is_set():
+                finish = "cancelled"
+                yield GenerationEvent([], "", "", stats, finish)
+                break
+            budget = config.max_tokens - stats.generated_tokens
+            if st.n_past + 1 > self.n_ctx:
+                finish = "context"
+                yield GenerationEvent([], "", "", stats, finish)
+                break
+            try:
+                step = strategy.step(st, budget)
+            except BaseException:
+                self._reset_cache()
+                raise
+            # Walk the new tokens: stop at end-of-generation or at the token budget.
+            keep = len(step.tokens)
+            for i, tok in enumerate(step.tokens):
+                if self.is_eog(tok):
+                    keep, finish = i, "stop"
+                    break
+                if stats.generated_tokens + i + 1 >= config.max_tokens:
+                    keep, finish = i + 1, "length"
+                    break
+            if keep < len(step.tokens):
+                # The cache may hold tokens past the stop; drop them so that it holds
+                # exactly tokens[:n_past] with the last kept token pending.
+                drop = len(step.tokens) - keep
+                n_tok = len(st.tokens) - drop + (1 if finish == "stop" else 0)
+                del st.tokens[n_tok:]
+                if st.n_past > len(st.tokens) - 1:
+                    st.n_past = len(st.tokens) - 1
+                    rt.target.truncate(st.n_past)
+            pieces = []
+            answer = thinking = ""
+            for tok, drafted in zip(step.tokens[:keep], step.drafted[:keep]):
+                ctl = self._control_text(tok)
+                if ctl is not None:
+                    splitter.feed("", ctl)
+                    pieces.append(TokenPiece(tok, "", drafted, "control"))
+                    continue
+                text = utf8.decode(self._piece(tok))
+                a, th = splitter.feed(text, None)
+                answer += a
+                thinking += th
+                pieces.append(TokenPiece(tok, a or th, drafted, "thinking" if th else "answer"))
+            now = time.perf_counter()
+            if stats.generated_tokens == 0:
+                stats.ttft_s = now - t_start
+            stats.generated_tokens += keep
+            stats.decode_s = now - t_prefill
+            stats.llama_s = rt.target.llama_s + (rt.drafter.llama_s if rt.drafter else 0.0) - llama0
+            stats.draft_llama_s = (rt.drafter.llama_s if rt.drafter else 0.0) - draft0
+            if finish is not None:
+                tail = utf8.decode(b"", final=True)
+                if tail:
+                    a, th = splitter.feed(tail, None)
+                    answer += a
+                    thinking += th
+            stats.finish_reason = finish
+            self._cached = st.tokens[:st.n_past]
+            yield GenerationEvent(pieces, answer, thinking, stats, finish)
+        stats.finish_reason = finish
+        self._cached = st.tokens[:st.n_past]
+
+    def reset(self) -> None:
+        """Forget the cached conversation (the next prompt is decoded from scratch)."""
+        with self._busy:
+            self._reset_cache()
+
+    def _reset_cache(self) -> None:
+        """After a failed decode the cache content is unknown: start from empty."""
+        self._cached = []
+        try:
+            self.rt.target.clear()
+        except Exception:
+            pass
+
+    def run(self, prompt: list[int], config: GenerationConfig = GenerationConfig(),
+            on_event: Callable[[GenerationEvent], None] | None = None) -> GenerationResult:
+        """Run a generation to the end and collect it."""
+        res = GenerationResult()
+        for ev in self.generate(prompt, config):
+            res.answer += ev.answer
+            res.thinking += ev.thinking
+            res.tokens += ev.tokens
+            res.drafted += [p.drafted for p in ev.pieces]
+            res.stats = ev.stats
+            if on_event:
+                on_event(ev)
+        return res
+
+    def next_token_margin(self, tokens: list[int]) -> float:
+        """Gap between the best and second-best logit after `tokens`, decoded one at a time
+        from scratch: how close the target was to a tie there."""
+        tgt = self.rt.target
+        self._reset_cache()
+        tgt.set_hidden_output(False)
+        for i, t in enumerate(tokens):
+            tgt.decode([t], i, outputs="last" if i == len(tokens) - 1 else "none")
+        row = np.sort(tgt.logits(0))
+        self._reset_cache()
+        return float(row[-1] - row[-2])
+
+
+class _Cancelled(Exception):
+    pass

@@ -1,0 +1,69 @@
+"""The one place that imports llama-cpp-python's low-level bindings.
+
+`llama_cpp_ext` binds C++-mangled, explicitly unstable symbols, so the exact package
+version is pinned and checked here, and everything else imports `lib` and `ext` from here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from .errors import EngineError
+
+PINNED_VERSION = "0.3.36"
+
+try:
+    import llama_cpp as _pkg
+    from llama_cpp import llama_cpp as lib
+    from llama_cpp import llama_cpp_ext as ext
+except Exception as e:  # ImportError, or OSError when libllama.so fails to load
+    raise EngineError(
+        f"llama-cpp-python {PINNED_VERSION} is not usable here ({e}); "
+        f"reinstall it with: pip install llama-cpp-python=={PINNED_VERSION}"
+    ) from None
+
+if getattr(_pkg, "__version__", None) != PINNED_VERSION:
+    raise EngineError(
+        f"Tandem needs llama-cpp-python=={PINNED_VERSION} (found {_pkg.__version__}); "
+        "its MTP bindings change between releases"
+    )
+
+_init_lock = threading.Lock()
+_initialised = False
+# ggml log levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line.
+_min_level = [4]  # errors only, unless verbose
+
+
+@lib.llama_log_callback
+def _log_cb(level, text, _user):
+    if level >= _min_level[0] and (level != 5 or _min_level[0] <= 2):
+        try:
+            import sys
+
+            sys.stderr.write(text.decode("utf-8", "replace"))
+        except Exception:
+            pass
+
+
+def ensure_backend(verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process and route its log through a filter."""
+    global _initialised
+    with _init_lock:
+        _min_level[0] = 2 if verbose else 4
+        if not _initialised:
+            lib.llama_log_set(_log_cb, ctypes.c_void_p(0))
+            lib.llama_backend_init()
+            _initialised = True
+
+
+def system_info() -> str:
+    return lib.llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def supports_gpu_offload() -> bool:
+    return bool(lib.llama_supports_gpu_offload())
+
+
+def version() -> str:
+    return _pkg.__version__

@@ -1,0 +1,316 @@
+"""Loaded models and their llama.cpp contexts: the only code that owns raw pointers.
+
+`Runtime` loads a target (any architecture llama.cpp knows) and optionally a Gemma 4 MTP
+drafter whose context is linked to the target's (`ctx_other`) so it reads the target's KV
+cache and hidden state. `TargetRunner` and `DrafterRunner` wrap the decode calls with
+reusable batches and buffers, and time the time spent inside llama.cpp.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import EngineError, MTPUnavailableError
+from .gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
+from .llama import ensure_backend, ext, lib
+
+KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
+
+
+def physical_cores() -> int:
+    """Physical cores (threads beyond them slow llama.cpp down); falls back to logical CPUs."""
+    try:
+        cores = set()
+        phys = core = None
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":")[1].strip()
+                elif not line.strip() and core is not None:
+                    cores.add((phys, core))
+                    phys = core = None
+        if core is not None:
+            cores.add((phys, core))
+        if cores:
+            return len(cores)
+    except OSError:
+        pass
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0 = physical cores
+    target_gpu_layers: int = 0  # -1 = all
+    drafter_gpu_layers: int = 0
+    flash_attn: bool = True
+    kv_type: str = "f16"
+    verbose: bool = False
+
+
+class TargetRunner:
+    """Decodes token batches on the target context with one reusable batch."""
+
+    def __init__(self, ctx, n_batch: int, n_vocab: int, n_embd: int):
+        self.ctx = ctx
+        self.n_batch = n_batch
+        self.n_vocab = n_vocab
+        self.n_embd = n_embd
+        self.batch = lib.llama_batch_init(n_batch, 0, 1)
+        nb = n_batch
+        self._tok = np.ctypeslib.as_array(self.batch.token, shape=(nb,))
+        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(nb,))
+        self._out = np.ctypeslib.as_array(
+            ctypes.cast(self.batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(nb,))
+        np.ctypeslib.as_array(self.batch.n_seq_id, shape=(nb,))[:] = 1
+        for i in range(nb):
+            self.batch.seq_id[i][0] = 0
+        self.memory = lib.llama_get_memory(ctx)
+        self.llama_s = 0.0  # seconds spent inside llama_decode (+ sync)
+        self.h_enabled = False
+
+    def set_hidden_output(self, on: bool) -> None:
+        """Expose the post-norm hidden state of every batch row (what the drafter reads)."""
+        if on != self.h_enabled:
+            ext.llama_set_embeddings_nextn(self.ctx, on, False)
+            self.h_enabled = on
+
+    def decode(self, tokens, start_pos: int, outputs: str = "none") -> None:
+        """Decode tokens at start_pos.. ; outputs: 'none', 'last' or 'all' logits rows."""
+        n = len(tokens)
+        if n > self.n_batch:
+            raise ValueError("batch too large")
+        b = self.batch
+        b.n_tokens = n
+        self._tok[:n] = tokens
+        self._pos[:n] = np.arange(start_pos, start_pos + n)
+        self._out[:n] = 1 if outputs == "all" else 0
+        if outputs == "last":
+            self._out[n - 1] = 1
+        t0 = time.perf_counter()
+        rc = lib.llama_decode(self.ctx, b)
+        lib.llama_synchronize(self.ctx)
+        self.llama_s += time.perf_counter() - t0
+        if rc != 0:
+            raise EngineError(f"llama_decode failed on the target (code {rc})")
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits row i of the last decode (a view: copy before the next decode)."""
+        return np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
+
+    def logits_rows(self, n: int) -> np.ndarray:
+        """All n output rows of the last decode, as one (n, n_vocab) view."""
+        return np.ctypeslib.as_array(lib.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
+
+    def hidden(self, i: int, out: np.ndarray) -> None:
+        """Copy the hidden state of batch row i of the last decode into `out`."""
+        ptr = ext.llama_get_embeddings_nextn_ith(self.ctx, i)
+        if not ptr:
+            raise EngineError("the target returned no hidden state for the drafter")
+        out[:] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep."""
+        lib.llama_memory_seq_rm(self.memory, 0, n_keep, -1)
+
+    def clear(self) -> None:
+        lib.llama_memory_clear(self.memory, True)
+
+    def free(self) -> None:
+        if self.batch is not None:
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+
+
+class DrafterRunner:
+    """One drafter step: (token, position, hidden row) -> next-token logits and hidden row."""
+
+    def __init__(self, ctx, n_vocab: int, n_embd_out: int):
+        self.ctx = ctx
+        self.n_vocab = n_vocab
+        self.n_embd = n_embd_out
+        # llama_batch_init allocates `embd` but not `token` when n_embd > 0: we attach our own
+        # token array and detach it again before llama_batch_free.
+        self.batch = lib.llama_batch_init(1, n_embd_out, 1)
+        self._tok_arr = (lib.llama_token * 1)()
+        self.batch.token = ctypes.cast(self._tok_arr, ctypes.POINTER(lib.llama_token))
+        self.batch.n_tokens = 1
+        self.batch.pos[0] = 0
+        self.batch.n_seq_id[0] = 1
+        self.batch.seq_id[0][0] = 0
+        self.batch.logits[0] = 1
+        self.h = np.ctypeslib.as_array(self.batch.embd, shape=(n_embd_out,))  # input row
+        self.llama_s = 0.0
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        """Run one draft step with input hidden row `self.h`; leaves the drafter's own next
+        hidden row in `self.h` and returns the logits (a view)."""
+        self._tok_arr[0] = token
+        self.batch.pos[0] = pos
+        t0 = time.perf_counter()
+        rc = lib.llama_decode(self.ctx, self.batch)
+        lib.llama_synchronize(self.ctx)
+        self.llama_s += time.perf_counter() - t0
+        if rc != 0:
+            raise EngineError(f"llama_decode failed on the drafter (code {rc})")
+        hp = ext.llama_get_embeddings_nextn_ith(self.ctx, 0)
+        if not hp:
+            raise EngineError("the drafter returned no hidden state")
+        self.h[:] = np.ctypeslib.as_array(hp, shape=(self.n_embd,))
+        return np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, 0), shape=(self.n_vocab,))
+
+    def free(self) -> None:
+        if self.batch is not None:
+            self.batch.token = ctypes.cast(None, ctypes.POINTER(lib.llama_token))
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+
+
+def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
+    p = lib.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = opts.n_batch
+    p.n_ubatch = opts.n_ubatch
+    p.n_seq_max = 1
+    p.n_threads = n_threads
+    p.n_threads_batch = n_threads
+    # Set explicitly and identically on both contexts: the drafter views the target's V
+    # cache and picks its layout from its own flash-attn flag; a mismatch corrupts drafts.
+    p.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if opts.flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    p.type_k = KV_TYPES[opts.kv_type]
+    p.type_v = KV_TYPES[opts.kv_type]
+    p.swa_full = False
+    p.embeddings = False
+    p.no_perf = True
+    return p
+
+
+class Runtime:
+    """Target (+ optional drafter) models and contexts. Free with close()."""
+
+    def __init__(self, target_path, drafter_path=None, options: LoadOptions = LoadOptions(),
+                 progress: Callable[[str, float], bool] | None = None):
+        self.options = options
+        self.target_info: GGUFInfo = read_gguf_info(target_path)
+        check_target(self.target_info)
+        self.drafter_info: GGUFInfo | None = None
+        if drafter_path is not None:
+            self.drafter_info = read_gguf_info(drafter_path)
+            check_drafter(self.target_info, self.drafter_info)
+        if options.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
+        ensure_backend(options.verbose)
+
+        self.target_model = self.drafter_model = None
+        self.target_ctx = self.drafter_ctx = None
+        self.target: TargetRunner | None = None
+        self.drafter: DrafterRunner | None = None
+        self._progress_refs = []
+        try:
+            self._load(progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def _load_model(self, path: Path, gpu_layers: int, label: str, progress):
+        mp = lib.llama_model_default_params()
+        mp.n_gpu_layers = gpu_layers if gpu_layers >= 0 else 999
+        if progress is not None:
+            @lib.llama_progress_callback
+            def cb(frac, _user):
+                try:
+                    return bool(progress(label, float(frac)) is not False)
+                except Exception:
+                    return True
+            self._progress_refs.append(cb)
+            mp.progress_callback = cb
+        model = lib.llama_model_load_from_file(str(path).encode(), mp)
+        if not model:
+            raise EngineError(f"llama.cpp could not load {path.name} (see the log for details)")
+        return model
+
+    def _load(self, progress) -> None:
+        o = self.options
+        ti = self.target_info
+        self.target_model = self._load_model(ti.path, o.target_gpu_layers, "target", progress)
+        self.vocab = lib.llama_model_get_vocab(self.target_model)
+        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = lib.llama_model_n_embd(self.target_model)
+        train_ctx = lib.llama_model_n_ctx_train(self.target_model)
+        self.n_ctx = min(o.n_ctx, train_ctx) if train_ctx > 0 else o.n_ctx
+        self.n_threads = o.n_threads or physical_cores()
+        cp = _context_params(o, self.n_ctx, self.n_threads)
+        self.target_ctx = lib.llama_init_from_model(self.target_model, cp)
+        if not self.target_ctx:
+            raise EngineError("llama.cpp could not create the target context (out of memory?)")
+        self.n_ctx = lib.llama_n_ctx(self.target_ctx)
+        self.target = TargetRunner(self.target_ctx, o.n_batch, self.n_vocab, self.n_embd)
+
+        if self.drafter_info is None:
+            return
+        di = self.drafter_info
+        self.drafter_model = self._load_model(di.path, o.drafter_gpu_layers, "drafter", progress)
+        d_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.drafter_model))
+        d_out = lib.llama_model_n_embd_out(self.drafter_model)
+        if d_out != self.n_embd or d_vocab != self.n_vocab:
+            raise MTPUnavailableError(
+                f"{di.path.name}: drafter (width {d_out}, vocab {d_vocab}) does not match "
+                f"target (width {self.n_embd}, vocab {self.n_vocab})")
+        dp = _context_params(o, self.n_ctx, self.n_threads)
+        dp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        dp.ctx_other = self.target_ctx
+        dp.n_rs_seq = 0
+        self.drafter_ctx = lib.llama_init_from_model(self.drafter_model, dp)
+        if not self.drafter_ctx:
+            raise EngineError("llama.cpp could not create the drafter context")
+        if ext.llama_get_ctx_other(self.drafter_ctx) != self.target_ctx:
+            raise EngineError("the drafter context is not linked to the target context")
+        ext.llama_set_embeddings_nextn(self.drafter_ctx, True, True)
+        self.drafter = DrafterRunner(self.drafter_ctx, self.n_vocab, d_out)
+
+    @property
+    def has_drafter(self) -> bool:
+        return self.drafter is not None
+
+    def memory_bytes(self) -> dict:
+        out = {"target_weights": int(lib.llama_model_size(self.target_model))}
+        if self.drafter_model:
+            out["drafter_weights"] = int(lib.llama_model_size(self.drafter_model))
+        return out
+
+    def close(self) -> None:
+        """Free in dependency order: the drafter holds raw pointers into the target's cache."""
+        for runner in (self.drafter, self.target):
+            if runner is not None:
+                runner.free()
+        self.drafter = self.target = None
+        if self.drafter_ctx:
+            lib.llama_free(self.drafter_ctx)
+            self.drafter_ctx = None
+        if self.target_ctx:
+            lib.llama_free(self.target_ctx)
+            self.target_ctx = None
+        if self.drafter_model:
+            lib.llama_model_free(self.drafter_model)
+            self.drafter_model = None
+        if self.target_model:
+            lib.llama_model_free(self.target_model)
+            self.target_model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,101 @@
+"""Token selection shared by every decoding strategy, so baseline and MTP apply the
+same penalties and truncation to the same logits.
+
+The order follows llama.cpp's default chain: repetition penalty, top-k, top-p, min-p,
+then temperature. A distribution is returned as (candidate ids, probabilities).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 64
+    top_p: float = 0.95
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0  # 1 = off
+    repeat_last_n: int = 64
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 = off)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError("min_p must be in [0, 1)")
+        if self.repeat_penalty <= 0:
+            raise ValueError("repeat_penalty must be > 0")
+
+
+def apply_penalty(logits: np.ndarray, recent: np.ndarray, penalty: float) -> np.ndarray:
+    """llama.cpp's repetition penalty on a copy: divide positive logits, multiply negative."""
+    out = logits.copy()
+    if penalty != 1.0 and recent.size:
+        ids = np.unique(recent)
+        v = out[ids]
+        out[ids] = np.where(v > 0, v / penalty, v * penalty)
+    return out
+
+
+def greedy_token(logits: np.ndarray, recent: np.ndarray, params: SamplingParams) -> int:
+    if params.repeat_penalty != 1.0:
+        logits = apply_penalty(logits, recent, params.repeat_penalty)
+    return int(np.argmax(logits))
+
+
+def distribution(logits: np.ndarray, recent: np.ndarray, params: SamplingParams):
+    """The processed next-token distribution for temperature sampling: (ids, probs)."""
+    x = apply_penalty(logits, recent, params.repeat_penalty) if params.repeat_penalty != 1.0 else logits
+    n = x.shape[0]
+    if 0 < params.top_k < n:
+        ids = np.argpartition(x, n - params.top_k)[n - params.top_k:]
+    else:
+        ids = np.arange(n)
+    v = x[ids].astype(np.float64)
+    order = np.argsort(-v, kind="stable")
+    ids, v = ids[order], v[order]
+    p = np.exp(v - v[0])
+    p /= p.sum()
+    keep = len(p)
+    if params.top_p < 1.0:
+        # smallest prefix whose mass reaches top_p (at least one token)
+        keep = min(keep, int(np.searchsorted(np.cumsum(p), params.top_p)) + 1)
+    if params.min_p > 0.0:
+        keep = min(keep, max(1, int(np.count_nonzero(p[:keep] >= params.min_p * p[0]))))
+    ids, v = ids[:keep], v[:keep]
+    p = np.exp((v - v[0]) / params.temperature)
+    p /= p.sum()
+    return ids, p
+
+
+def sample_from(ids: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> int:
+    c = np.cumsum(probs)
+    i = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
+    return int(ids[min(i, len(ids) - 1)])
+
+
+def prob_of(ids: np.ndarray, probs: np.ndarray, token: int) -> float:
+    hit = np.flatnonzero(ids == token)
+    return float(probs[hit[0]]) if hit.size else 0.0
+
+
+def sample_residual(p_ids, p_probs, q_ids, q_probs, rng: np.random.Generator) -> int:
+    """Sample from max(0, p - q) renormalised: the correction step of speculative sampling."""
+    dense_q = np.zeros(int(max(p_ids.max(), q_ids.max())) + 1)
+    dense_q[q_ids] = q_probs
+    q_on_p = dense_q[p_ids]
+    r = np.clip(p_probs - q_on_p, 0.0, None)
+    if r.sum() <= 0.0:  # p == q: nothing to correct
+        return sample_from(p_ids, p_probs, rng)
+    return sample_from(p_ids, r / r.sum(), rng)

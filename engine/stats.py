@@ -1,0 +1,108 @@
+"""Running statistics of one generation, and the JSON shape the CLI and bench print.
+
+Definitions (the same for every strategy, so numbers compare):
+  prefill: decoding the prompt tokens not already in the cache (all but the last one);
+  ttft_s: from the request to the first emitted token (prefill + the first step);
+  decode_tps: generated tokens / time from the end of prefill to the last token;
+  acceptance_rate: accepted drafts / drafted tokens;
+  mean_accepted_length: tokens emitted per verify step (accepted drafts + the target's own);
+  per_position_acceptance[i]: how often draft i was accepted when it was drafted;
+  python_share: part of decode time spent outside llama.cpp's decode calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    mode: str = "baseline"
+    draft_max: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    generated_tokens: int = 0
+    steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    llama_s: float = 0.0  # inside llama_decode during decode (target + drafter)
+    draft_llama_s: float = 0.0
+    drafted_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    def count_positions(self, k: int, n_acc: int) -> None:
+        while len(self.drafted_at) < k:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(k):
+            self.drafted_at[i] += 1
+            if i < n_acc:
+                self.accepted_at[i] += 1
+
+    @property
+    def prefill_tps(self) -> float | None:
+        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 and self.prefill_tokens else None
+
+    @property
+    def decode_tps(self) -> float | None:
+        return self.generated_tokens / self.decode_s if self.decode_s > 0 else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        if self.mode != "mtp" or not self.steps:
+            return None
+        return (self.accepted_tokens + self.steps) / self.steps
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    @property
+    def python_share(self) -> float | None:
+        return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else None
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "draft_max": self.draft_max,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "generated_tokens": self.generated_tokens,
+            "prefill_tps": self.prefill_tps,
+            "ttft_s": self.ttft_s,
+            "decode_tps": self.decode_tps,
+            "decode_s": self.decode_s,
+            "steps": self.steps,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "per_position_acceptance": self.per_position_acceptance,
+            "python_share": self.python_share,
+            "finish_reason": self.finish_reason,
+        }
+
+    def footer(self) -> str:
+        """One line for the end of a message, e.g. '62.4 tok/s · TTFT 0.21 s · 78 % accepted'."""
+        parts = []
+        if self.decode_tps is not None:
+            parts.append(f"{self.decode_tps:.1f} tok/s")
+        parts.append(f"TTFT {self.ttft_s:.2f} s")
+        if self.mode == "mtp":
+            if self.acceptance_rate is not None:
+                parts.append(f"{self.acceptance_rate * 100:.0f} % accepted")
+            if self.mean_accepted_length is not None:
+                parts.append(f"{self.mean_accepted_length:.1f} tok/step")
+            parts.append(f"MTP k={self.draft_max}")
+        else:
+            parts.append("baseline")
+        return " · ".join(parts)

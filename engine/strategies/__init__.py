@@ -1,0 +1,21 @@
+"""Decoding strategies, one module each, behind `DecodeStrategy` (see base.py).
+
+Adding a drafter type = one new module with a DecodeStrategy subclass + one line here.
+"""
+
+from .base import DecodeState, DecodeStrategy, Step
+from .baseline import Baseline
+from .mtp import MTP
+
+STRATEGIES = {"baseline": Baseline, "mtp": MTP}
+
+
+def make_strategy(name: str, draft_max: int = 3) -> DecodeStrategy:
+    if name == "baseline":
+        return Baseline()
+    if name == "mtp":
+        return MTP(draft_max)
+    raise ValueError(f"unknown decoding strategy {name!r}")
+
+
+__all__ = ["DecodeState", "DecodeStrategy", "Step", "Baseline", "MTP", "STRATEGIES", "make_strategy"]

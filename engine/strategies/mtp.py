@@ -1,0 +1,99 @@
+"""MTP speculative decoding with a Gemma 4 assistant drafter.
+
+Per step: the drafter proposes k tokens, all at position n_past (it reads the target's KV
+cache, which ends at n_past-1, and chains its own hidden rows); the target verifies
+[id_last, d_0 .. d_{k-1}] in one batch; the longest agreeing prefix is kept plus one token
+of the target's own; rejected positions are removed from the cache.
+
+Greedy: accept while the target's argmax equals the draft, so the output is the baseline's.
+Sampling: accept d_i with probability min(1, p(d_i)/q(d_i)) and on rejection sample from
+normalised max(0, p - q) — the standard speculative-sampling rule, which leaves the output
+distributed exactly as the target's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..sampling import distribution, greedy_token, prob_of, sample_from, sample_residual
+from .base import DecodeState, DecodeStrategy, Step
+
+
+class MTP(DecodeStrategy):
+    name = "mtp"
+    needs_drafter = True
+
+    def __init__(self, draft_max: int = 3):
+        if draft_max < 1:
+            raise ValueError("draft length must be at least 1")
+        self.draft_max = draft_max
+
+    def prepare(self, st: DecodeState) -> None:
+        st.rt.target.set_hidden_output(True)
+
+    def step(self, st: DecodeState, budget: int) -> Step:
+        rt, p = st.rt, st.params
+        tgt, dr = rt.target, rt.drafter
+        # the verify batch writes positions n_past .. n_past+k, which must fit the context
+        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, tgt.n_batch - 1))
+        pos0 = st.n_past
+
+        drafts: list[int] = []
+        q_dists = []
+        dr.h[:] = st.pending_h
+        tok = st.id_last
+        for _ in range(k):
+            logits = dr.step(tok, pos0)
+            if p.greedy:
+                tok = greedy_token(logits, st.recent(drafts), p)
+            else:
+                q = distribution(logits, st.recent(drafts), p)
+                tok = sample_from(*q, st.rng)
+                q_dists.append(q)
+            drafts.append(tok)
+
+        tgt.decode([st.id_last] + drafts, pos0, outputs="all")
+
+        n_acc = 0
+        if p.greedy and p.repeat_penalty == 1.0:
+            best = np.argmax(tgt.logits_rows(k + 1), axis=1)
+            while n_acc < k and best[n_acc] == drafts[n_acc]:
+                n_acc += 1
+            bonus = int(best[n_acc])
+        elif p.greedy:
+            while True:
+                t = greedy_token(tgt.logits(n_acc), st.recent(drafts[:n_acc]), p)
+                if n_acc < k and t == drafts[n_acc]:
+                    n_acc += 1
+                    continue
+                bonus = t
+                break
+        else:
+            bonus = None
+            while n_acc < k:
+                pd = distribution(tgt.logits(n_acc), st.recent(drafts[:n_acc]), p)
+                d = drafts[n_acc]
+                q = q_dists[n_acc]
+                ratio = prob_of(*pd, d) / prob_of(*q, d)
+                if st.rng.random() < ratio:
+                    n_acc += 1
+                    continue
+                bonus = sample_residual(*pd, *q, st.rng)
+                break
+            if bonus is None:
+                bonus = sample_from(*distribution(tgt.logits(k), st.recent(drafts), p), st.rng)
+
+        # the hidden row that produced `bonus` seeds the next step's first draft
+        tgt.hidden(n_acc, st.pending_h)
+        new = drafts[:n_acc] + [bonus]
+        st.tokens.extend(new)
+        st.n_past = pos0 + 1 + n_acc
+        if n_acc < k:
+            tgt.truncate(st.n_past)
+
+        s = st.stats
+        s.steps += 1
+        s.draft_tokens += k
+        s.accepted_tokens += n_acc
+        s.count_positions(k, n_acc)
+        return Step(new, [True] * n_acc + [False])

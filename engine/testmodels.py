@@ -1,0 +1,381 @@
+"""Synthetic random-weight Gemma 4 target + MTP drafter GGUFs, for tests and benchmarks.
+
+No real Gemma 4 weights exist where Tandem is built and tested, so this writes a `gemma4`
+target and a matching `gemma4-assistant` drafter with the `gguf` package. They run through
+llama.cpp's real Gemma 4 and MTP graphs.
+
+How the weights make acceptance controllable (the "successor head"):
+  * the target has its own LM head with row (t+1) = embedding(t), so after reading token t
+    it predicts t+1; its random layers (scaled by `alpha`) add small deviations;
+  * the drafter projects the target's embedding of its input token into its own width and
+    has a head that predicts sigma(t) for token t, where sigma(t) = t+1 for a fraction
+    `agreement` of the vocabulary and some other token for the rest.
+So with agreement A about A of all drafts are accepted, and with A = 0 none is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+# Special tokens, Gemma 4 style. Ids are fixed so templates and tests can rely on them.
+SPECIAL_TOKENS = [
+    "<pad>", "<eos>", "<bos>", "<unk>",
+    "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>",
+    "<|tool_call>", "<tool_call|>", "<mask>",
+]
+WORDS = [
+    "▁the", "▁a", "▁and", "▁of", "▁to", "▁in", "▁is", "▁it", "▁you", "▁that",
+    "▁for", "▁on", "▁with", "▁as", "▁was", "▁be", "▁at", "▁this", "▁have", "▁from",
+    "▁Hello", "▁world", "▁model", "▁token", "▁fast", "▁draft", "▁verify", "▁chat",
+    "▁code", "▁def", "▁return", "▁print", "▁import", "▁class", "▁if", "▁else",
+    "▁for", "▁while", "▁True", "▁False", "▁None", "▁user", "▁answer", "▁think",
+    "▁Gemma", "▁speed", "▁test", "▁python", "▁function", "▁value", "▁list",
+    "(", ")", ":", ",", ".", "▁=", "▁+", "\n", "▁▁▁▁", "▁",
+] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+
+# A Gemma-4-style chat template written for these files: same turn and channel markers,
+# `enable_thinking` switch and empty thought block when thinking is off, as Gemma 4's own.
+CHAT_TEMPLATE = """{{- bos_token -}}
+{%- set loop_messages = messages -%}
+{%- if (enable_thinking is defined and enable_thinking) or messages[0]['role'] == 'system' -%}
+{{- '<|turn>system\\n' -}}
+{%- if enable_thinking is defined and enable_thinking -%}{{- '<|think|>\\n' -}}{%- endif -%}
+{%- if messages[0]['role'] == 'system' -%}
+{{- messages[0]['content'] | trim -}}
+{%- set loop_messages = messages[1:] -%}
+{%- endif -%}
+{{- '<turn|>\\n' -}}
+{%- endif -%}
+{%- for message in loop_messages -%}
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}
+{{- '<|turn>' + role + '\\n' -}}
+{%- if role == 'model' -%}
+{%- set ns = namespace(out='') -%}
+{%- for part in message['content'].split('<channel|>') -%}
+{%- if '<|channel>' in part -%}{%- set ns.out = ns.out + part.split('<|channel>')[0] -%}
+{%- else -%}{%- set ns.out = ns.out + part -%}{%- endif -%}
+{%- endfor -%}
+{{- ns.out | trim -}}
+{%- else -%}
+{{- message['content'] | trim -}}
+{%- endif -%}
+{{- '<turn|>\\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|turn>model\\n' -}}
+{%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\\n<channel|>' -}}{%- endif -%}
+{%- endif -%}"""
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Shape of a synthetic pair. Defaults are the `tiny` size."""
+
+    n_vocab: int = 512
+    n_embd: int = 64
+    n_ff: int = 128
+    n_head: int = 4
+    n_head_kv_swa: int = 2
+    n_head_kv_full: int = 1
+    head_dim_swa: int = 16
+    head_dim_full: int = 32
+    n_swa: int = 16
+    # S = sliding window, F = full. Last two must be S, F (the drafter shares those).
+    layers: str = "SSSFSF"
+    shared_kv_layers: int = 2
+    ple_width: int = 8
+    softcap: float = 30.0
+    n_ctx_train: int = 8192
+    drafter_embd: int = 32
+    drafter_ff: int = 64
+    drafter_head: int = 4
+    drafter_layers: str = "SSSF"
+    alpha: float = 0.3  # target deviation from the successor rule
+    alpha_dft: float = 0.1  # drafter noise (above ~0.3 it stops agreeing)
+    agreement: float = 1.0
+    seed: int = 0
+    quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
+
+
+TINY = SynthConfig()
+# E2B-shaped, about 1 B parameters (1.4 B with the separate successor head): Gemma 4 E2B's
+# width, head dims and 262k vocabulary, 16 layers without per-layer embeddings.
+E2B = SynthConfig(
+    n_vocab=262144, n_embd=1536, n_ff=6144, n_head=8, n_head_kv_swa=1, n_head_kv_full=1,
+    head_dim_swa=256, head_dim_full=512, n_swa=512, layers="SSSF" * 4, shared_kv_layers=0,
+    ple_width=0, drafter_embd=512, drafter_ff=2048, drafter_head=4, drafter_layers="SSSF",
+    alpha=0.05, alpha_dft=0.05, quantize="Q4_0",
+)
+SIZES = {"tiny": TINY, "e2b": E2B}
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and types: specials, the 256 byte tokens, some words, then filler."""
+    import gguf
+
+    T = gguf.TokenType
+    toks = list(SPECIAL_TOKENS)
+    types = [T.CONTROL] * len(toks)
+    types[3] = T.UNKNOWN
+    toks += [f"<0x{b:02X}>" for b in range(256)]
+    types += [T.BYTE] * 256
+    seen = set(toks)
+    for w in WORDS:
+        if w not in seen:
+            toks.append(w)
+            types.append(T.NORMAL)
+            seen.add(w)
+    i = 0
+    while len(toks) < n_vocab:
+        toks.append(f"▁w{i:06d}")
+        types.append(T.NORMAL)
+        i += 1
+    if len(toks) > n_vocab:
+        raise ValueError(f"n_vocab must be at least {len(toks)}")
+    # SPM merges by score: longer pieces first.
+    scores = [0.0 if t in SPECIAL_TOKENS or t.startswith("<0x") else -float(j) for j, t in enumerate(toks)]
+    return toks, scores, [int(t) for t in types]
+
+
+def _rand(rng, shape, scale):
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def _add_vocab(w, cfg: SynthConfig):
+    toks, scores, types = vocabulary(cfg.n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_pad_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_bos_token_id(2)
+    w.add_unk_token_id(3)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def _common_attn_keys(w, cfg: SynthConfig, pattern: str, head_count: int, kv_heads: list[int]):
+    w.add_context_length(cfg.n_ctx_train)
+    w.add_block_count(len(pattern))
+    w.add_head_count(head_count)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(cfg.head_dim_full)
+    w.add_value_length(cfg.head_dim_full)
+    w.add_key_length_swa(cfg.head_dim_swa)
+    w.add_value_length_swa(cfg.head_dim_swa)
+    w.add_rope_dimension_count(cfg.head_dim_full)
+    w.add_rope_dimension_count_swa(cfg.head_dim_swa)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(1e4)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(cfg.n_swa)
+    w.add_sliding_window_pattern([c == "S" for c in pattern])
+
+
+def _rope_freqs(head_dim_full: int) -> np.ndarray:
+    # Proportional RoPE factors as the converter writes them: 1.0 for the rotated half, then "off".
+    n = head_dim_full // 2
+    f = np.full(n, 1e30, dtype=np.float32)
+    f[: n // 2] = 1.0
+    return f
+
+
+def _embeddings(cfg: SynthConfig, rng) -> np.ndarray:
+    e = rng.standard_normal((cfg.n_vocab, cfg.n_embd), dtype=np.float32)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    return e
+
+
+def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> None:
+    import gguf
+
+    d, L = cfg.n_embd, len(cfg.layers)
+    assert cfg.layers[-2:] == "SF", "a gemma4 target's last two layers must be sliding then full"
+    n_kv_from_start = L - cfg.shared_kv_layers
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name("Tandem synthetic gemma4 target")
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(cfg.n_ff)
+    kv = [cfg.n_head_kv_swa if c == "S" else cfg.n_head_kv_full for c in cfg.layers]
+    _common_attn_keys(w, cfg, cfg.layers, cfg.n_head, kv)
+    if cfg.shared_kv_layers:
+        w.add_shared_kv_layers(cfg.shared_kv_layers)
+    w.add_embedding_length_per_layer_input(cfg.ple_width)
+    w.add_final_logit_softcapping(cfg.softcap)
+    w.add_file_type(ftype)
+    _add_vocab(w, cfg)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    _half_matrices(w, ftype)
+    a = np.float32(cfg.alpha)
+    w.add_tensor("token_embd.weight", emb)
+    # Successor head: logits[t+1] is large after reading token t (~20 before the softcap).
+    w.add_tensor("output.weight", np.roll(emb, 1, axis=0) * np.float32(20.0 / math.sqrt(d)))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
+    P = cfg.ple_width
+    if P:
+        w.add_tensor("per_layer_token_embd.weight", _rand(rng, (cfg.n_vocab, P * L), 1.0))
+        w.add_tensor("per_layer_model_proj.weight", _rand(rng, (P * L, d), 1 / math.sqrt(d)))
+        w.add_tensor("per_layer_proj_norm.weight", np.ones(P, np.float32))
+    for i, c in enumerate(cfg.layers):
+        hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
+        H, K = cfg.n_head, kv[i]
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(d, np.float32))
+        w.add_tensor(b + "attn_q.weight", _rand(rng, (hd * H, d), 1 / math.sqrt(d)))
+        if i < n_kv_from_start:
+            w.add_tensor(b + "attn_k.weight", _rand(rng, (hd * K, d), 1 / math.sqrt(d)))
+            w.add_tensor(b + "attn_v.weight", _rand(rng, (hd * K, d), 1 / math.sqrt(d)))
+            w.add_tensor(b + "attn_k_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(b + "attn_output.weight", _rand(rng, (d, hd * H), 1 / math.sqrt(hd * H)))
+        w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(b + "post_attention_norm.weight", np.full(d, a, np.float32))
+        w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
+        w.add_tensor(b + "ffn_norm.weight", np.ones(d, np.float32))
+        w.add_tensor(b + "ffn_gate.weight", _rand(rng, (cfg.n_ff, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_up.weight", _rand(rng, (cfg.n_ff, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_down.weight", _rand(rng, (d, cfg.n_ff), 1 / math.sqrt(cfg.n_ff)))
+        w.add_tensor(b + "post_ffw_norm.weight", np.full(d, a, np.float32))
+        if P:
+            w.add_tensor(b + "inp_gate.weight", _rand(rng, (P, d), 1 / math.sqrt(d)))
+            w.add_tensor(b + "proj.weight", _rand(rng, (d, P), 1 / math.sqrt(P)))
+            w.add_tensor(b + "post_norm.weight", np.full(d, a, np.float32))
+    _finish(w)
+
+
+def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> None:
+    import gguf
+
+    d, A, V = cfg.n_embd, cfg.drafter_embd, cfg.n_vocab
+    assert cfg.drafter_layers[-1] == "F"
+    w = gguf.GGUFWriter(str(path), "gemma4-assistant")
+    w.add_name("Tandem synthetic gemma4 MTP drafter")
+    w.add_embedding_length(A)
+    w.add_embedding_length_out(d)
+    w.add_feed_forward_length(cfg.drafter_ff)
+    w.add_nextn_predict_layers(len(cfg.drafter_layers))
+    # Each drafter layer reads the KV heads of the target layer it shares.
+    kv = [cfg.n_head_kv_swa if c == "S" else cfg.n_head_kv_full for c in cfg.drafter_layers]
+    _common_attn_keys(w, cfg, cfg.drafter_layers, cfg.drafter_head, kv)
+    w.add_file_type(ftype)
+    _add_vocab(w, cfg)
+
+    _half_matrices(w, ftype)
+    ad = np.float32(cfg.alpha_dft)
+    # Orthonormal projection of the target's embedding space into the drafter's width.
+    q, _ = np.linalg.qr(rng.standard_normal((d, A)).astype(np.float32))
+    proj = q.T.astype(np.float32)  # (A, d), orthonormal rows
+    pre = np.concatenate([proj, _rand(rng, (A, d), float(ad) / math.sqrt(d))], axis=1)
+    w.add_tensor("nextn.pre_projection.weight", pre)  # ggml [2d, A]
+    w.add_tensor("nextn.post_projection.weight", proj.T.copy())  # ggml [A, d]
+
+    # sigma(t): the token the drafter proposes after t.
+    agree = rng.random(V) < cfg.agreement
+    succ = (np.arange(V) + 1) % V
+    other = (succ + rng.integers(1, V - 1, V)) % V  # never equal to succ
+    sigma = np.where(agree, succ, other)
+    pe = emb @ proj.T
+    pe /= np.linalg.norm(pe, axis=1, keepdims=True)
+    head = np.zeros((V, A), np.float32)
+    np.add.at(head, sigma, pe * np.float32(20.0 / math.sqrt(A)))
+    w.add_tensor("token_embd.weight", head)
+    w.add_tensor("output_norm.weight", np.ones(A, np.float32))
+    w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
+    for i, c in enumerate(cfg.drafter_layers):
+        hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
+        H = cfg.drafter_head
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(A, np.float32))
+        w.add_tensor(b + "attn_q.weight", _rand(rng, (hd * H, A), 1 / math.sqrt(A)))
+        w.add_tensor(b + "attn_output.weight", _rand(rng, (A, hd * H), 1 / math.sqrt(hd * H)))
+        w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
+        w.add_tensor(b + "post_attention_norm.weight", np.full(A, ad, np.float32))
+        w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
+        w.add_tensor(b + "ffn_norm.weight", np.ones(A, np.float32))
+        w.add_tensor(b + "ffn_gate.weight", _rand(rng, (cfg.drafter_ff, A), 1 / math.sqrt(A)))
+        w.add_tensor(b + "ffn_up.weight", _rand(rng, (cfg.drafter_ff, A), 1 / math.sqrt(A)))
+        w.add_tensor(b + "ffn_down.weight", _rand(rng, (A, cfg.drafter_ff), 1 / math.sqrt(cfg.drafter_ff)))
+        w.add_tensor(b + "post_ffw_norm.weight", np.full(A, ad, np.float32))
+    _finish(w)
+
+
+def _half_matrices(w, ftype) -> None:
+    """For F16 files, store matrices as float16 (norms and scales stay float32, as llama.cpp wants)."""
+    import gguf
+
+    if ftype != gguf.LlamaFileType.MOSTLY_F16:
+        return
+    add = w.add_tensor
+
+    def add_half(name, arr, *a, **k):
+        return add(name, arr.astype(np.float16) if arr.ndim == 2 else arr, *a, **k)
+
+    w.add_tensor = add_half
+
+
+def _finish(w) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _quantize(src: Path, dst: Path, qtype: str) -> None:
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}")
+    params.nthread = 0
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    if rc != 0:
+        raise RuntimeError(f"quantizing {src.name} to {qtype} failed ({rc})")
+
+
+def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 1.0,
+                     **overrides) -> tuple[Path, Path]:
+    """Write `<size>-target.gguf` and `<size>-drafter-a<A>.gguf` into outdir; return both paths.
+
+    The target does not depend on `agreement`, so several drafters can share one target.
+    """
+    import gguf
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
+    if not 0.0 <= agreement <= 1.0:
+        raise ValueError("agreement must be between 0 and 1")
+    cfg = replace(SIZES[size], agreement=agreement, **overrides)
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = size if not overrides else f"{size}-custom"
+    target = out / f"{tag}-target.gguf"
+    drafter = out / f"{tag}-drafter-a{agreement:g}.gguf"
+
+    rng = np.random.default_rng(cfg.seed)
+    emb = _embeddings(cfg, rng)
+    rng_t = np.random.default_rng(cfg.seed + 1)
+    # The drafter's randomness depends on the agreement so each value gets its own file.
+    rng_d = np.random.default_rng([cfg.seed + 2, int(round(agreement * 1000))])
+    f16 = gguf.LlamaFileType.MOSTLY_F16 if cfg.quantize else gguf.LlamaFileType.ALL_F32
+    if cfg.quantize:
+        emb16 = emb.astype(np.float16)
+        tmp_t = out / (target.name + ".f16.tmp")
+        tmp_d = out / (drafter.name + ".f16.tmp")
+        try:
+            if not target.exists():
+                write_target(tmp_t, cfg, emb16.astype(np.float32), rng_t, f16)
+                _quantize(tmp_t, target, cfg.quantize)
+            write_drafter(tmp_d, cfg, emb16.astype(np.float32), rng_d, f16)
+            _quantize(tmp_d, drafter, "Q8_0")
+        finally:
+            tmp_t.unlink(missing_ok=True)
+            tmp_d.unlink(missing_ok=True)
+    else:
+        write_target(target, cfg, emb, rng_t, f16)
+        write_drafter(drafter, cfg, emb, rng_d, f16)
+    return target, drafter
