@@ -119,7 +119,7 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list[int], max_t
                 agg.identical += 1
             else:
                 j = next((n for n, (a, b) in enumerate(zip(r.tokens, ref)) if a != b), min(len(r.tokens), len(ref)))
-                margin = engine.next_token_margin(t + ref[:j]) if j < len(ref) else 0.0
+                margin = engine.next_token_margin(t, ref[:j]) if j < len(ref) else 0.0
                 if margin < NEAR_TIE_GAP:
                     agg.near_ties += 1
                 else:

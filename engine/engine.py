@@ -10,7 +10,6 @@ of the previous generation is kept and only the new suffix of a prompt is decode
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import threading
 import time
@@ -19,14 +18,15 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .chat import FALLBACK_TEMPLATE, ChannelSplitter, ChatTemplate
+from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, MTPUnavailableError
 from .llama import lib
 from .runtime import LoadOptions, Runtime
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .strategies import make_strategy
-from .strategies.base import DecodeState
+from .strategies.base import DecodeState, Step
+from .text import TextAssembler, TokenPiece
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,6 @@ class GenerationConfig:
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
     strict_mtp: bool = False  # raise instead of falling back to baseline
-
-
-@dataclass
-class TokenPiece:
-    id: int
-    text: str  # visible text this token added (may be "" mid UTF-8 character)
-    drafted: bool  # True: proposed by the drafter and accepted by the target
-    channel: str  # "answer", "thinking" or "control"
 
 
 @dataclass
@@ -219,32 +211,36 @@ class Engine:
         self._cancel.clear()
         return self._run(list(prompt), config, strategy)
 
-    def _prefill(self, st: DecodeState, prompt: list[int], need_h: bool) -> None:
-        """Make the cache hold prompt[:-1], reusing the common prefix with the last request."""
+    def _prefill(self, st: DecodeState, prompt: list[int], need_h: bool) -> Step:
+        """Decode the prompt, reusing the common prefix cached by the last request, and pick
+        the first token from the last prompt row (as llama.cpp's own generate does)."""
         tgt = self.rt.target
         n = len(prompt)
-        m = _common_prefix(self._cached, prompt)
-        # MTP needs the hidden row at n-2, so at least prompt[n-2] is decoded again.
-        keep = min(m, n - 2 if need_h else n - 1)
-        keep = max(keep, 0)
+        # the last prompt token is always decoded again: its row gives the first token's
+        # logits and, for MTP, the hidden state the first draft starts from
+        keep = min(_common_prefix(self._cached, prompt), n - 1)
         if keep < len(self._cached):
             tgt.truncate(keep)
             del self._cached[keep:]
         st.stats.reused_tokens = keep
-        todo = prompt[keep:n - 1]
+        todo = prompt[keep:]
         st.stats.prefill_tokens = len(todo)
         pos = keep
         for i in range(0, len(todo), tgt.n_batch):
             if self._cancel.is_set():
                 raise _Cancelled
             chunk = todo[i:i + tgt.n_batch]
-            tgt.decode(chunk, pos, outputs="none")
+            last = i + tgt.n_batch >= len(todo)
+            tgt.decode(chunk, pos, outputs="last" if last else "none")
             pos += len(chunk)
             self._cached.extend(chunk)
-            if need_h and i + tgt.n_batch >= len(todo):
-                tgt.hidden(len(chunk) - 1, st.pending_h)
-        if need_h and not todo:  # one-token prompt: nothing precedes it
-            st.pending_h[:] = 0.0
+        row = len(chunk) - 1
+        if need_h:
+            tgt.hidden(row, st.pending_h)
+        st.n_past = n
+        tok = st.pick(tgt.logits(row))
+        st.tokens.append(tok)
+        return Step([tok], [False])
 
     def _run(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
         if not self._busy.acquire(blocking=False):
@@ -262,15 +258,15 @@ class Engine:
         rng = np.random.default_rng(config.seed)
         need_h = strategy.needs_drafter
         st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats,
-                         tokens=list(prompt), n_past=len(prompt) - 1,
+                         tokens=list(prompt), n_past=0,
                          pending_h=np.zeros(rt.n_embd, np.float32) if need_h else None,
                          n_ctx=self.n_ctx)
-        splitter = ChannelSplitter()
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        text = TextAssembler(self._piece, self._control_text)
+        text.prime(prompt)
         t_start = time.perf_counter()
         try:
             strategy.prepare(st)
-            self._prefill(st, prompt, need_h)
+            first = self._prefill(st, prompt, need_h)
         except _Cancelled:
             stats.finish_reason = "cancelled"
             yield GenerationEvent([], "", "", stats, "cancelled")
@@ -284,21 +280,22 @@ class Engine:
         draft0 = rt.drafter.llama_s if rt.drafter else 0.0
 
         finish = None
+        step = first
         while finish is None:
-            if self._cancel.is_set():
+            if step is None and self._cancel.is_set():
                 finish = "cancelled"
                 yield GenerationEvent([], "", "", stats, finish)
                 break
-            budget = config.max_tokens - stats.generated_tokens
-            if st.n_past + 1 > self.n_ctx:
-                finish = "context"
-                yield GenerationEvent([], "", "", stats, finish)
-                break
-            try:
-                step = strategy.step(st, budget)
-            except BaseException:
-                self._reset_cache()
-                raise
+            if step is None:
+                if st.n_past + 1 > self.n_ctx:
+                    finish = "context"
+                    yield GenerationEvent([], "", "", stats, finish)
+                    break
+                try:
+                    step = strategy.step(st, config.max_tokens - stats.generated_tokens)
+                except BaseException:
+                    self._reset_cache()
+                    raise
             # Walk the new tokens: stop at end-of-generation or at the token budget.
             keep = len(step.tokens)
             for i, tok in enumerate(step.tokens):
@@ -317,34 +314,26 @@ class Engine:
                 if st.n_past > len(st.tokens) - 1:
                     st.n_past = len(st.tokens) - 1
                     rt.target.truncate(st.n_past)
-            pieces = []
-            answer = thinking = ""
-            for tok, drafted in zip(step.tokens[:keep], step.drafted[:keep]):
-                ctl = self._control_text(tok)
-                if ctl is not None:
-                    splitter.feed("", ctl)
-                    pieces.append(TokenPiece(tok, "", drafted, "control"))
-                    continue
-                text = utf8.decode(self._piece(tok))
-                a, th = splitter.feed(text, None)
-                answer += a
-                thinking += th
-                pieces.append(TokenPiece(tok, a or th, drafted, "thinking" if th else "answer"))
+            pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
+            answer = "".join(p.text for p in pieces if p.channel == "answer")
+            thinking = "".join(p.text for p in pieces if p.channel == "thinking")
             now = time.perf_counter()
-            if stats.generated_tokens == 0:
+            if step is first:
                 stats.ttft_s = now - t_start
+                t_first = now
             stats.generated_tokens += keep
-            stats.decode_s = now - t_prefill
+            stats.decode_s = now - t_first
             stats.llama_s = rt.target.llama_s + (rt.drafter.llama_s if rt.drafter else 0.0) - llama0
             stats.draft_llama_s = (rt.drafter.llama_s if rt.drafter else 0.0) - draft0
             if finish is not None:
-                tail = utf8.decode(b"", final=True)
-                if tail:
-                    a, th = splitter.feed(tail, None)
-                    answer += a
-                    thinking += th
+                a, th = text.flush()  # bytes of an unfinished character, as U+FFFD
+                if pieces and (a or th):
+                    pieces[-1].text += a or th
+                answer += a
+                thinking += th
             stats.finish_reason = finish
             self._cached = st.tokens[:st.n_past]
+            step = None
             yield GenerationEvent(pieces, answer, thinking, stats, finish)
         stats.finish_reason = finish
         self._cached = st.tokens[:st.n_past]
@@ -376,17 +365,23 @@ class Engine:
                 on_event(ev)
         return res
 
-    def next_token_margin(self, tokens: list[int]) -> float:
-        """Gap between the best and second-best logit after `tokens`, decoded one at a time
-        from scratch: how close the target was to a tie there."""
+    def next_token_margin(self, prompt: list[int], generated: list[int]) -> float:
+        """Gap between the best and second-best logit for the token after prompt+generated,
+        computed the way baseline decoding computes it (prompt batched, then one token at a
+        time): how close the target was to a tie there."""
         tgt = self.rt.target
         self._reset_cache()
         tgt.set_hidden_output(False)
-        for i, t in enumerate(tokens):
-            tgt.decode([t], i, outputs="last" if i == len(tokens) - 1 else "none")
-        row = np.sort(tgt.logits(0))
+        for i in range(0, len(prompt), tgt.n_batch):
+            chunk = prompt[i:i + tgt.n_batch]
+            tgt.decode(chunk, i, outputs="last")
+        row = len(chunk) - 1
+        for j, t in enumerate(generated):
+            tgt.decode([t], len(prompt) + j, outputs="last")
+            row = 0
+        top = np.sort(tgt.logits(row))
         self._reset_cache()
-        return float(row[-1] - row[-2])
+        return float(top[-1] - top[-2])
 
 
 class _Cancelled(Exception):

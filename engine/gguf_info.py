@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gguf
+
 from .errors import DrafterMismatchError, ModelFileError
 
 GGUF_MAGIC = b"GGUF"
@@ -68,8 +70,6 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         raise ModelFileError(f"{p}: cannot be read ({e.strerror or e})") from None
     if magic != GGUF_MAGIC:
         raise ModelFileError(f"{p.name}: not a GGUF model file (it does not start with 'GGUF')")
-
-    import gguf  # imported lazily: numpy-heavy
 
     try:
         reader = gguf.GGUFReader(str(p), "r")

@@ -1,9 +1,9 @@
 """Running statistics of one generation, and the JSON shape the CLI and bench print.
 
 Definitions (the same for every strategy, so numbers compare):
-  prefill: decoding the prompt tokens not already in the cache (all but the last one);
-  ttft_s: from the request to the first emitted token (prefill + the first step);
-  decode_tps: generated tokens / time from the end of prefill to the last token;
+  prefill: decoding the prompt tokens not already in the cache; it yields the first token;
+  ttft_s: from the request to the first emitted token;
+  decode_tps: tokens after the first / time from the first token to the last;
   acceptance_rate: accepted drafts / drafted tokens;
   mean_accepted_length: tokens emitted per verify step (accepted drafts + the target's own);
   per_position_acceptance[i]: how often draft i was accepted when it was drafted;
@@ -50,7 +50,7 @@ class GenerationStats:
 
     @property
     def decode_tps(self) -> float | None:
-        return self.generated_tokens / self.decode_s if self.decode_s > 0 else None
+        return (self.generated_tokens - 1) / self.decode_s if self.decode_s > 0 and self.generated_tokens > 1 else None
 
     @property
     def acceptance_rate(self) -> float | None:

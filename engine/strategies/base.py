@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime import Runtime
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, distribution, greedy_token, sample_from
 from ..stats import GenerationStats
 
 
@@ -38,6 +38,13 @@ class DecodeState:
             return _EMPTY
         seq = self.tokens[-n:] + list(extra)
         return np.asarray(seq[-n:], dtype=np.int64)
+
+
+    def pick(self, logits: np.ndarray, extra=()) -> int:
+        """The target's own choice from one logits row (greedy or sampled)."""
+        if self.params.greedy:
+            return greedy_token(logits, self.recent(extra), self.params)
+        return sample_from(*distribution(logits, self.recent(extra), self.params), self.rng)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..sampling import distribution, greedy_token, sample_from
 from .base import DecodeState, DecodeStrategy, Step
 
 
@@ -16,12 +15,7 @@ class Baseline(DecodeStrategy):
         tgt = st.rt.target
         tgt.decode([st.id_last], st.n_past, outputs="last")
         st.n_past += 1
-        logits = tgt.logits(0)
-        if st.params.greedy:
-            tok = greedy_token(logits, st.recent(), st.params)
-        else:
-            ids, probs = distribution(logits, st.recent(), st.params)
-            tok = sample_from(ids, probs, st.rng)
+        tok = st.pick(tgt.logits(0))
         st.tokens.append(tok)
         st.stats.steps += 1
         return Step([tok], [False])

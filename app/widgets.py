@@ -1,0 +1,253 @@
+"""Widgets of the chat window: a message bubble, the live speed chart and stats bar."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QTextBrowser,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from .render import render_markdown, render_origins
+
+
+def is_dark() -> bool:
+    return QGuiApplication.palette().window().color().lightness() < 128
+
+
+class AutoHeightBrowser(QTextBrowser):
+    """A read-only rich text view as tall as its content (the page scrolls, not each message)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.document().contentsChanged.connect(self._fit)
+        self.viewport().setAutoFillBackground(False)
+
+    def _fit(self):
+        self.document().setTextWidth(self.viewport().width())
+        h = int(self.document().size().height()) + 6
+        if self.horizontalScrollBar().isVisible():
+            h += self.horizontalScrollBar().height()
+        if h != self.height():
+            self.setFixedHeight(h)
+
+    def resizeEvent(self, e):
+        super().resizeEvent(e)
+        self._fit()
+
+
+class MessageWidget(QFrame):
+    """One message: role, collapsible thinking, body (Markdown or token origins), footer."""
+
+    copy_requested = Signal(str)
+    action = Signal(str, object)  # ("regenerate" | "edit" | "details", self)
+
+    def __init__(self, role: str, message_id: int | None = None, parent=None):
+        super().__init__(parent)
+        self.role = role
+        self.message_id = message_id
+        self.text = ""
+        self.thinking = ""
+        self.origins: list = []
+        self.stats: dict | None = None
+        self.show_origins = False
+        self._code_blocks: list[str] = []
+        self.setObjectName("userMessage" if role == "user" else "modelMessage")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 8, 12, 8)
+        lay.setSpacing(4)
+        head = QHBoxLayout()
+        self.who = QLabel("You" if role == "user" else "Gemma")
+        self.who.setStyleSheet("font-weight:600")
+        head.addWidget(self.who)
+        head.addStretch(1)
+        self.buttons = {}
+        for name, tip in (("copy", "Copy message"), ("edit", "Edit and resend"),
+                          ("regenerate", "Regenerate"), ("details", "Acceptance per draft position")):
+            b = QToolButton(self)
+            b.setText({"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "details": "Details"}[name])
+            b.setToolTip(tip)
+            b.setAutoRaise(True)
+            b.clicked.connect(lambda _=False, n=name: self._clicked(n))
+            head.addWidget(b)
+            self.buttons[name] = b
+        self.buttons["edit"].setVisible(role == "user")
+        self.buttons["regenerate"].setVisible(False)
+        self.buttons["details"].setVisible(False)
+        lay.addLayout(head)
+
+        self.think_toggle = QToolButton(self)
+        self.think_toggle.setText("▸ Thinking")
+        self.think_toggle.setAutoRaise(True)
+        self.think_toggle.setCheckable(True)
+        self.think_toggle.toggled.connect(self._toggle_thinking)
+        self.think_toggle.hide()
+        self.think_view = QLabel(self)
+        self.think_view.setWordWrap(True)
+        self.think_view.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.think_view.setStyleSheet("color: gray; font-style: italic")
+        self.think_view.hide()
+        lay.addWidget(self.think_toggle)
+        lay.addWidget(self.think_view)
+
+        self.body = AutoHeightBrowser(self)
+        self.body.anchorClicked.connect(self._anchor)
+        lay.addWidget(self.body)
+        self.footer = QLabel(self)
+        self.footer.setStyleSheet("color: gray; font-size: 11px")
+        self.footer.hide()
+        lay.addWidget(self.footer)
+
+    def _clicked(self, name):
+        if name == "copy":
+            self.copy_requested.emit(self.text)
+        else:
+            self.action.emit(name, self)
+
+    def _anchor(self, url):
+        if url.scheme() == "copy":
+            i = int(url.path() or url.toString().split(":", 1)[1])
+            if i < len(self._code_blocks):
+                self.copy_requested.emit(self._code_blocks[i])
+
+    def _toggle_thinking(self, on):
+        self.think_toggle.setText(("▾" if on else "▸") + " Thinking")
+        self.think_view.setVisible(on)
+
+    def set_content(self, text: str, thinking: str = "", origins: list | None = None) -> None:
+        self.text = text
+        self.thinking = thinking
+        if origins is not None:
+            self.origins = origins
+        self.think_toggle.setVisible(bool(thinking))
+        self.think_view.setText(thinking)
+        self.refresh()
+
+    def append(self, text: str, thinking: str, pieces: list) -> None:
+        self.text += text
+        self.thinking += thinking
+        self.origins.extend([t, d] for t, ch, d in pieces if ch == "answer")
+        self.think_toggle.setVisible(bool(self.thinking))
+        if thinking:
+            self.think_view.setText(self.thinking)
+        self.refresh()
+
+    def refresh(self) -> None:
+        doc = self.body.document()
+        if self.show_origins and self.role == "assistant" and self.origins:
+            render_origins(doc, self.origins, is_dark())
+            self._code_blocks = []
+        elif self.role == "assistant":
+            self._code_blocks = render_markdown(doc, self.text, is_dark())
+        else:
+            doc.setPlainText(self.text)
+        self.body._fit()
+
+    def set_stats(self, stats: dict | None) -> None:
+        self.stats = stats
+        if stats and stats.get("footer"):
+            reason = stats.get("finish_reason")
+            note = {"cancelled": " · stopped", "length": " · max tokens", "context": " · context full"}.get(reason, "")
+            self.footer.setText(stats["footer"] + note)
+            self.footer.show()
+        self.buttons["details"].setVisible(bool(stats and stats.get("mode") == "mtp"))
+
+
+class SpeedChart(QWidget):
+    """Tokens/s over the current reply, as a small line chart."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.points: list[tuple[float, float]] = []
+        self.setMinimumSize(160, 36)
+        self.setToolTip("Decode tokens/s over this reply")
+
+    def sizeHint(self):
+        return QSize(200, 40)
+
+    def clear(self):
+        self.points = []
+        self.update()
+
+    def add(self, t: float, tps: float):
+        self.points.append((t, tps))
+        self.update()
+
+    def paintEvent(self, _e):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        r = self.rect().adjusted(2, 2, -2, -2)
+        p.setPen(QPen(QColor(128, 128, 128, 80)))
+        p.drawRect(r)
+        if len(self.points) < 2:
+            return
+        t_max = max(self.points[-1][0], 1e-6)
+        v_max = max(v for _, v in self.points) * 1.15 or 1.0
+        path = QPainterPath()
+        for i, (t, v) in enumerate(self.points):
+            pt = QPointF(r.left() + r.width() * t / t_max, r.bottom() - r.height() * v / v_max)
+            path.moveTo(pt) if i == 0 else path.lineTo(pt)
+        p.setPen(QPen(QColor("#2e9d52"), 2))
+        p.drawPath(path)
+        p.setPen(QColor(128, 128, 128))
+        p.drawText(r.adjusted(4, 0, 0, 0), Qt.AlignTop | Qt.AlignLeft, f"{v_max / 1.15:.0f}")
+
+
+class StatsBar(QWidget):
+    """Live numbers of the reply being generated."""
+
+    FIELDS = [("decode", "tok/s"), ("ttft", "TTFT"), ("prefill", "prefill"), ("accept", "accepted"),
+              ("steplen", "tok/step")]
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(8, 2, 8, 2)
+        self.labels = {}
+        for key, title in self.FIELDS:
+            lab = QLabel(f"{title}: –")
+            lab.setMinimumWidth(90)
+            lay.addWidget(lab)
+            self.labels[key] = (lab, title)
+        self.chart = SpeedChart(self)
+        lay.addWidget(self.chart, 1)
+
+    def _set(self, key, value):
+        lab, title = self.labels[key]
+        lab.setText(f"{title}: {value}")
+
+    def reset(self):
+        for key, _ in self.FIELDS:
+            self._set(key, "–")
+        self.chart.clear()
+
+    def update_stats(self, s: dict, t: float | None = None):
+        f = lambda v, fmt: "–" if v is None else format(v, fmt)  # noqa: E731
+        self._set("decode", f(s.get("decode_tps"), ".1f"))
+        self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
+        self._set("prefill", f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–")
+        ar = s.get("acceptance_rate")
+        self._set("accept", f"{ar * 100:.0f} %" if ar is not None else ("off" if s.get("mode") == "baseline" else "–"))
+        self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
+        if t is not None and s.get("decode_tps"):
+            self.chart.add(t, s["decode_tps"])
+
+
+class InputBox(QPlainTextEdit):
+    """Enter sends, Shift+Enter inserts a newline, Esc stops."""
+
+    send = Signal()
+    stop = Signal()
+
+    def keyPressEvent(self, e):
+        if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
+            self.send.emit()
+            return
+        if e.key() == Qt.Key_Escape:
+            self.stop.emit()
+            return
+        super().keyPressEvent(e)

@@ -1,0 +1,570 @@
+"""The main window: conversations, chat, live speed, MTP switch, compare mode."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QEventLoop, QThread, QTimer, Qt, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
+                               QListWidget, QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPushButton,
+                               QScrollArea, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
+
+from .compare import ComparePage
+from .settings import Settings
+from .store import Store
+from .widgets import InputBox, MessageWidget, StatsBar
+from .worker import EngineWorker
+
+SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
+
+
+class MainWindow(QMainWindow):
+    # GUI -> engine thread, queued
+    _load = Signal(dict)
+    _generate = Signal(int, list, dict)
+    _shutdown = Signal()
+
+    def __init__(self, settings: Settings | None = None, store: Store | None = None):
+        super().__init__()
+        self.settings = settings if settings is not None else Settings()
+        self.store = store if store is not None else Store()
+        self.setWindowTitle("Tandem")
+        self.resize(1180, 780)
+        self.model_info: dict | None = None
+        self.conversation_id: int | None = None
+        self._rid = 0
+        self._active: dict | None = None  # the request being streamed
+        self._compare_queue: list = []
+        self._closing = False
+
+        self._build_ui()
+        self._start_worker()
+        self._refresh_conversations()
+        convs = self.store.conversations()
+        if convs:
+            self.open_conversation(convs[0].id)
+        else:
+            self.new_conversation()
+        if self.settings.get("target"):
+            self.load_models(self.settings["target"], self.settings.get("drafter") or "")
+        else:
+            self._set_model_label(None)
+
+    # ---- construction ----------------------------------------------------------------
+    def _build_ui(self):
+        split = QSplitter(Qt.Horizontal, self)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(6, 6, 6, 6)
+        self.new_btn = QPushButton("+ New chat")
+        self.new_btn.clicked.connect(self.new_conversation)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search chats…")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._refresh_conversations)
+        self.conv_list = QListWidget()
+        self.conv_list.itemClicked.connect(lambda it: self.open_conversation(it.data(Qt.UserRole)))
+        self.conv_list.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.conv_list.customContextMenuRequested.connect(self._conv_menu)
+        ll.addWidget(self.new_btn)
+        ll.addWidget(self.search)
+        ll.addWidget(self.conv_list, 1)
+        split.addWidget(left)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(6, 6, 6, 6)
+        bar = QHBoxLayout()
+        self.model_label = QLabel()
+        self.model_label.setTextFormat(Qt.RichText)
+        self.load_btn = QPushButton("Load model…")
+        self.load_btn.clicked.connect(self.choose_models)
+        self.mtp_switch = QCheckBox("MTP")
+        self.mtp_switch.setObjectName("mtpSwitch")
+        self.mtp_switch.toggled.connect(self._chat_settings_changed)
+        self.draft_spin = QSpinBox()
+        self.draft_spin.setRange(1, 8)
+        self.draft_spin.setPrefix("k = ")
+        self.draft_spin.setToolTip("Draft length: tokens the drafter proposes per step")
+        self.draft_spin.valueChanged.connect(self._chat_settings_changed)
+        self.think_switch = QCheckBox("Thinking")
+        self.think_switch.setToolTip("Gemma 4 thinking mode for this chat")
+        self.think_switch.toggled.connect(self._chat_settings_changed)
+        self.origin_switch = QCheckBox("Token origins")
+        self.origin_switch.setToolTip("Tint each token: green = drafted and accepted, orange = produced by the model itself")
+        self.origin_switch.toggled.connect(self._toggle_origins)
+        self.compare_btn = QPushButton("Compare")
+        self.compare_btn.setToolTip("Send the prompt in the input box twice: baseline, then MTP, and compare")
+        self.compare_btn.clicked.connect(self.compare)
+        for w in (self.model_label,):
+            bar.addWidget(w, 1)
+        for w in (self.load_btn, self.mtp_switch, self.draft_spin, self.think_switch, self.origin_switch,
+                  self.compare_btn):
+            bar.addWidget(w)
+        rl.addLayout(bar)
+
+        self.stack = QStackedWidget()
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.msg_host = QWidget()
+        self.msg_layout = QVBoxLayout(self.msg_host)
+        self.msg_layout.addStretch(1)
+        self.scroll.setWidget(self.msg_host)
+        self.stack.addWidget(self.scroll)
+        self.compare_page = ComparePage()
+        self.compare_page.back.connect(lambda: self.stack.setCurrentIndex(0))
+        self.stack.addWidget(self.compare_page)
+        rl.addWidget(self.stack, 1)
+
+        self.stats_bar = StatsBar()
+        rl.addWidget(self.stats_bar)
+        inp = QHBoxLayout()
+        self.input = InputBox()
+        self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
+        self.input.setFixedHeight(84)
+        self.input.send.connect(self.send)
+        self.input.stop.connect(self.stop)
+        self.send_btn = QPushButton("Send")
+        self.send_btn.clicked.connect(self._send_or_stop)
+        inp.addWidget(self.input, 1)
+        inp.addWidget(self.send_btn)
+        rl.addLayout(inp)
+        split.addWidget(right)
+        split.setSizes([240, 940])
+        self.setCentralWidget(split)
+
+        menu = self.menuBar().addMenu("&File")
+        for text, slot, key in (("New chat", self.new_conversation, QKeySequence.New),
+                                ("Load model…", self.choose_models, QKeySequence.Open),
+                                ("Export chat as Markdown…", lambda: self.export("md"), None),
+                                ("Export chat as JSON…", lambda: self.export("json"), None),
+                                ("Quit", self.close, QKeySequence.Quit)):
+            act = QAction(text, self)
+            if key is not None:
+                act.setShortcut(key)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+        self.statusBar().showMessage("Ready")
+
+    def _start_worker(self):
+        self.thread = QThread(self)
+        self.thread.setObjectName("tandem-engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._generate.connect(self.worker.generate)
+        self._shutdown.connect(self.worker.shutdown)
+        self.worker.loaded.connect(self._on_loaded)
+        self.worker.load_failed.connect(self._on_load_failed)
+        self.worker.load_progress.connect(self._on_load_progress)
+        self.worker.stream.connect(self._on_stream)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+        self.thread.start()
+
+    # ---- models ------------------------------------------------------------------------
+    def choose_models(self):
+        target, _ = QFileDialog.getOpenFileName(self, "Choose a Gemma 4 model (GGUF)", "", "GGUF models (*.gguf)")
+        if not target:
+            return
+        drafter, _ = QFileDialog.getOpenFileName(self, "Choose its MTP drafter (optional; Cancel for none)",
+                                                 str(Path(target).parent), "GGUF models (*.gguf)")
+        self.load_models(target, drafter)
+
+    def load_models(self, target: str, drafter: str = ""):
+        if self._active:
+            self.stop()
+        self.model_info = None
+        self._update_controls()
+        self.model_label.setText(f"Loading <b>{Path(target).name}</b>…")
+        self.statusBar().showMessage("Loading model…")
+        spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
+        spec.update(target=target, drafter=drafter)
+        self._pending_load = (target, drafter)
+        self._load.emit(spec)
+
+    def _on_load_progress(self, label, frac):
+        self.statusBar().showMessage(f"Loading {label}… {frac * 100:.0f} %")
+
+    def _on_loaded(self, info):
+        self.model_info = info
+        self.settings["target"], self.settings["drafter"] = info["target"], info["drafter"]
+        self.settings.save()
+        self._set_model_label(info)
+        self.statusBar().showMessage(f"Loaded {info['target_name']} (context {info['n_ctx']} tokens)", 5000)
+        self._update_controls()
+
+    def _on_load_failed(self, msg):
+        self._set_model_label(None)
+        self.statusBar().showMessage("Loading failed", 5000)
+        self._update_controls()
+        if not self._closing:
+            QMessageBox.warning(self, "Could not load the model", msg)
+
+    def _set_model_label(self, info):
+        if not info:
+            self.model_label.setText("<i>No model loaded</i> — choose a Gemma 4 GGUF and its drafter")
+            return
+        d = f" + <b>{info['drafter_name']}</b>" if info["drafter_name"] else ""
+        self.model_label.setText(f"<b>{info['target_name']}</b>{d}")
+
+    def _update_controls(self):
+        loaded = self.model_info is not None
+        busy = self._active is not None
+        has_mtp = bool(loaded and self.model_info["has_mtp"])
+        self.mtp_switch.setEnabled(has_mtp)
+        self.draft_spin.setEnabled(has_mtp and self.mtp_switch.isChecked())
+        if loaded and not has_mtp:
+            self.mtp_switch.setToolTip(f"MTP unavailable: {self.model_info['mtp_reason']}")
+        else:
+            self.mtp_switch.setToolTip("Speculative decoding with the MTP drafter (same output, faster)")
+        self.compare_btn.setEnabled(loaded and has_mtp and not busy)
+        self.load_btn.setEnabled(not busy)
+        self.send_btn.setText("Stop" if busy else "Send")
+        self.send_btn.setEnabled(busy or loaded)
+
+    # ---- conversations ---------------------------------------------------------------
+    def _refresh_conversations(self, *_):
+        self.conv_list.clear()
+        for c in self.store.conversations(self.search.text().strip()):
+            it = QListWidgetItem(c.title)
+            it.setData(Qt.UserRole, c.id)
+            self.conv_list.addItem(it)
+            if c.id == self.conversation_id:
+                it.setSelected(True)
+
+    def new_conversation(self):
+        if self._active:
+            return
+        cid = self.store.create_conversation(
+            "New chat", {"use_mtp": self.settings["use_mtp"], "draft_max": self.settings["draft_max"],
+                         "thinking": False})
+        self.open_conversation(cid)
+        self._refresh_conversations()
+
+    def open_conversation(self, cid: int):
+        if self._active or cid == self.conversation_id and self.msg_layout.count() > 1:
+            return
+        self.conversation_id = cid
+        conv = self.store.conversation(cid)
+        s = conv.settings
+        for w, v in ((self.mtp_switch, s.get("use_mtp", True)), (self.think_switch, s.get("thinking", False))):
+            w.blockSignals(True)
+            w.setChecked(bool(v))
+            w.blockSignals(False)
+        self.draft_spin.blockSignals(True)
+        self.draft_spin.setValue(int(s.get("draft_max", 3)))
+        self.draft_spin.blockSignals(False)
+        self._clear_messages()
+        for m in self.store.messages(cid):
+            w = self._add_message_widget(m.role, m.id)
+            w.set_content(m.content, m.thinking, m.origins or [])
+            w.set_stats(m.stats)
+        self._mark_last()
+        self.stack.setCurrentIndex(0)
+        self.setWindowTitle(f"{conv.title} — Tandem")
+        self._update_controls()
+
+    def _chat_settings_changed(self, *_):
+        if self.conversation_id is None:
+            return
+        s = {"use_mtp": self.mtp_switch.isChecked(), "draft_max": self.draft_spin.value(),
+             "thinking": self.think_switch.isChecked()}
+        self.store.set_conversation_settings(self.conversation_id, s)
+        self._update_controls()
+
+    def _conv_menu(self, pos):
+        it = self.conv_list.itemAt(pos)
+        if not it:
+            return
+        cid = it.data(Qt.UserRole)
+        m = QMenu(self)
+        ren = m.addAction("Rename…")
+        md = m.addAction("Export as Markdown…")
+        js = m.addAction("Export as JSON…")
+        m.addSeparator()
+        dl = m.addAction("Delete")
+        act = m.exec(self.conv_list.mapToGlobal(pos))
+        if act == ren:
+            title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=it.text())
+            if ok and title.strip():
+                self.rename_conversation(cid, title.strip())
+        elif act == dl:
+            if QMessageBox.question(self, "Delete chat", f"Delete “{it.text()}”?") == QMessageBox.Yes:
+                self.delete_conversation(cid)
+        elif act in (md, js):
+            self.export("md" if act == md else "json", cid)
+
+    def rename_conversation(self, cid, title):
+        self.store.rename(cid, title)
+        self._refresh_conversations()
+        if cid == self.conversation_id:
+            self.setWindowTitle(f"{title} — Tandem")
+
+    def delete_conversation(self, cid):
+        if self._active and cid == self.conversation_id:
+            return
+        self.store.delete_conversation(cid)
+        if cid == self.conversation_id:
+            self.conversation_id = None
+            rest = self.store.conversations()
+            if rest:
+                self.open_conversation(rest[0].id)
+            else:
+                self.new_conversation()
+        self._refresh_conversations()
+
+    def export(self, kind: str, cid: int | None = None):
+        cid = cid or self.conversation_id
+        if cid is None:
+            return
+        title = self.store.conversation(cid).title
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{title}.{kind}",
+                                              "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
+        if path:
+            data = self.store.export_markdown(cid) if kind == "md" else self.store.export_json(cid)
+            Path(path).write_text(data, "utf-8")
+
+    # ---- message widgets ---------------------------------------------------------------
+    def _clear_messages(self):
+        while self.msg_layout.count() > 1:
+            w = self.msg_layout.takeAt(0).widget()
+            if w:
+                w.deleteLater()
+
+    def _message_widgets(self) -> list[MessageWidget]:
+        return [self.msg_layout.itemAt(i).widget() for i in range(self.msg_layout.count() - 1)]
+
+    def _add_message_widget(self, role, mid) -> MessageWidget:
+        w = MessageWidget(role, mid)
+        w.show_origins = self.origin_switch.isChecked()
+        w.copy_requested.connect(lambda text: QGuiApplication.clipboard().setText(text))
+        w.action.connect(self._message_action)
+        self.msg_layout.insertWidget(self.msg_layout.count() - 1, w)
+        return w
+
+    def _mark_last(self):
+        """Edit on the last user message, Regenerate on the last reply."""
+        ws = self._message_widgets()
+        last_user = max((i for i, w in enumerate(ws) if w.role == "user"), default=-1)
+        for i, w in enumerate(ws):
+            w.buttons["edit"].setVisible(w.role == "user" and i == last_user)
+            w.buttons["regenerate"].setVisible(w.role == "assistant" and i == len(ws) - 1)
+
+    def _scroll_to_end(self):
+        QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.scroll.verticalScrollBar().maximum()))
+
+    def _toggle_origins(self, on):
+        for w in self._message_widgets():
+            w.show_origins = on
+            w.refresh()
+
+    def _message_action(self, name, w: MessageWidget):
+        if self._active:
+            return
+        if name == "regenerate":
+            self.regenerate()
+        elif name == "edit":
+            self.edit_last_user_message()
+        elif name == "details" and w.stats:
+            pp = w.stats.get("per_position_acceptance") or []
+            rows = "".join(f"<tr><td>draft {i + 1}</td><td align=right>{v * 100:.0f} %</td></tr>" for i, v in enumerate(pp))
+            s = w.stats
+            QMessageBox.information(self, "Acceptance per draft position", (
+                f"<p>{s.get('footer', '')}</p><table cellpadding=3>{rows}</table>"
+                f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
+                f"in {s.get('steps', 0)} verify steps.</p>"))
+
+    # ---- sending -----------------------------------------------------------------------
+    def _send_or_stop(self):
+        self.stop() if self._active else self.send()
+
+    def _history(self) -> list[dict]:
+        msgs = [m.as_chat() for m in self.store.messages(self.conversation_id) if m.role in ("user", "assistant")]
+        sp = self.settings.get("system_prompt", "").strip()
+        return ([{"role": "system", "content": sp}] if sp else []) + msgs
+
+    def _gen_config(self, **over) -> dict:
+        keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
+        cfg = {k: self.settings[k] for k in keys}
+        cfg.update(use_mtp=self.mtp_switch.isChecked() and self.mtp_switch.isEnabled(),
+                   draft_max=self.draft_spin.value(), thinking=self.think_switch.isChecked())
+        cfg.update(over)
+        return cfg
+
+    def send(self):
+        text = self.input.toPlainText().strip()
+        if not text or self._active or self.model_info is None:
+            return
+        self.input.clear()
+        cid = self.conversation_id
+        if self.store.conversation(cid).title == "New chat":
+            self.store.rename(cid, text.splitlines()[0][:48])
+            self._refresh_conversations()
+        mid = self.store.add_message(cid, "user", text)
+        self._add_message_widget("user", mid).set_content(text)
+        self._start_reply()
+
+    def _start_reply(self, drop_oldest: bool = False):
+        cid = self.conversation_id
+        history = self._history()
+        mid = self.store.add_message(cid, "assistant", "")
+        w = self._add_message_widget("assistant", mid)
+        w.set_content("")
+        self._mark_last()
+        self._scroll_to_end()
+        self._rid += 1
+        self._active = {"rid": self._rid, "kind": "chat", "widget": w, "mid": mid, "cid": cid,
+                        "t0": time.perf_counter(), "saved": time.perf_counter()}
+        self.stats_bar.reset()
+        self._update_controls()
+        self.statusBar().showMessage("Generating…")
+        self._generate.emit(self._rid, history, self._gen_config(drop_oldest=drop_oldest))
+
+    def regenerate(self):
+        ws = self._message_widgets()
+        if not ws or ws[-1].role != "assistant" or self._active:
+            return
+        self.store.delete_messages_from(self.conversation_id, ws[-1].message_id)
+        ws[-1].setParent(None)
+        ws[-1].deleteLater()
+        self._start_reply()
+
+    def edit_last_user_message(self):
+        ws = self._message_widgets()
+        users = [w for w in ws if w.role == "user"]
+        if not users or self._active:
+            return
+        w = users[-1]
+        self.store.delete_messages_from(self.conversation_id, w.message_id)
+        for x in ws[ws.index(w):]:
+            x.setParent(None)
+            x.deleteLater()
+        self.input.setPlainText(w.text)
+        self.input.setFocus()
+        self._mark_last()
+
+    def stop(self):
+        if self._active:
+            self.worker.cancel()
+            self._compare_queue.clear()
+
+    # ---- compare ---------------------------------------------------------------------
+    def compare(self):
+        text = self.input.toPlainText().strip()
+        if not text:
+            ws = [w for w in self._message_widgets() if w.role == "user"]
+            text = ws[-1].text if ws else ""
+        if not text or self._active or not (self.model_info and self.model_info["has_mtp"]):
+            if not text:
+                self.statusBar().showMessage("Type a prompt to compare first", 4000)
+            return
+        sp = self.settings.get("system_prompt", "").strip()
+        msgs = ([{"role": "system", "content": sp}] if sp else []) + [{"role": "user", "content": text}]
+        self.stack.setCurrentIndex(1)
+        self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value())
+        self._compare_queue = [("baseline", False), ("mtp", True)]
+        self._compare_msgs = msgs
+        self.stats_bar.reset()
+        self._next_compare()
+
+    def _next_compare(self):
+        if not self._compare_queue:
+            return
+        which, use_mtp = self._compare_queue.pop(0)
+        self._rid += 1
+        self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter()}
+        self._update_controls()
+        # fresh cache for each run, so both pay the same prefill; same seed for sampling
+        cfg = self._gen_config(use_mtp=use_mtp, fresh=True, seed=1234)
+        self._generate.emit(self._rid, self._compare_msgs, cfg)
+
+    # ---- worker signals --------------------------------------------------------------
+    def _on_stream(self, rid, pieces, stats):
+        a = self._active
+        if not a or a["rid"] != rid:
+            return
+        answer = "".join(t for t, ch, _ in pieces if ch == "answer")
+        thinking = "".join(t for t, ch, _ in pieces if ch == "thinking")
+        self.stats_bar.update_stats(stats, time.perf_counter() - a["t0"])
+        if a["kind"] == "compare":
+            self.compare_page.stream(a["which"], answer)
+            return
+        w = a["widget"]
+        w.append(answer, thinking, pieces)
+        now = time.perf_counter()
+        if now - a["saved"] >= SAVE_INTERVAL_S:
+            self.store.update_message(a["mid"], w.text, w.thinking, None, w.origins)
+            a["saved"] = now
+        self._scroll_to_end()
+
+    def _on_finished(self, rid, result):
+        a = self._active
+        if not a or a["rid"] != rid:
+            return
+        self._active = None
+        self.stats_bar.update_stats(result["stats"])
+        if a["kind"] == "compare":
+            self.compare_page.done(a["which"], result)
+            self._update_controls()
+            self._next_compare()
+            return
+        w = a["widget"]
+        w.set_content(result["answer"], result["thinking"], result["origins"])
+        w.set_stats(result["stats"])
+        self.store.update_message(a["mid"], result["answer"], result["thinking"], result["stats"], result["origins"])
+        self.statusBar().showMessage(result["stats"].get("footer", ""), 8000)
+        self._update_controls()
+        self._mark_last()
+
+    def _on_failed(self, rid, kind, msg):
+        a = self._active
+        if not a or a["rid"] != rid:
+            return
+        self._active = None
+        self._update_controls()
+        if a["kind"] == "compare":
+            self._compare_queue.clear()
+            self.compare_page.failed(msg)
+            return
+        # drop the empty reply placeholder; the user's message stays
+        self.store.delete_messages_from(a["cid"], a["mid"])
+        a["widget"].setParent(None)
+        a["widget"].deleteLater()
+        self._mark_last()
+        if self._closing:
+            return
+        if kind == "overflow":
+            ans = QMessageBox.question(
+                self, "Conversation too long",
+                f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)")
+            if ans == QMessageBox.Yes:
+                self._start_reply(drop_oldest=True)
+        else:
+            QMessageBox.warning(self, "Generation failed", msg)
+
+    # ---- closing -----------------------------------------------------------------------
+    def closeEvent(self, e):
+        self._closing = True
+        self.worker.request_close()
+        self._shutdown.emit()
+        self.thread.quit()
+        self.thread.wait(30000)
+        # deliver the worker's last signals (the stopped reply) so nothing is lost
+        from PySide6.QtCore import QCoreApplication
+
+        QCoreApplication.processEvents(QEventLoop.AllEvents, 200)
+        if self._active and self._active.get("kind") == "chat":
+            w = self._active["widget"]
+            self.store.update_message(self._active["mid"], w.text, w.thinking, None, w.origins)
+        self.settings.save()
+        self.store.close()
+        super().closeEvent(e)
+
+
+def dump_state(win: MainWindow) -> str:
+    """For debugging and tests: the visible conversation as JSON."""
+    return json.dumps([{"role": w.role, "text": w.text, "stats": w.stats} for w in win._message_widgets()])

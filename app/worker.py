@@ -1,0 +1,150 @@
+"""The engine thread: one QObject living in a QThread owns the Engine.
+
+The GUI talks to it only through queued signals (and `cancel()`, which only sets a
+thread-safe flag in the engine). Token updates are coalesced to about 30 per second so the
+window stays fluid however fast tokens arrive. Signals carry plain Python containers.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from engine import TandemError
+from engine.engine import Engine, GenerationConfig
+from engine.errors import ContextOverflowError
+from engine.runtime import LoadOptions
+from engine.sampling import SamplingParams
+
+EMIT_INTERVAL_S = 1 / 30
+
+
+class EngineWorker(QObject):
+    loaded = Signal(dict)  # {"target", "drafter", "n_ctx", "has_mtp"}
+    load_failed = Signal(str)
+    load_progress = Signal(str, float)  # which model, fraction
+    stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
+    finished = Signal(int, dict)  # request id, {"answer", "thinking", "origins", "stats", "timeline", ...}
+    failed = Signal(int, str, str)  # request id, kind ("overflow" | "error"), message
+    closed = Signal()
+
+    def __init__(self):
+        super().__init__()
+        self.engine = None
+        self._closing = False
+
+    # -- called from the GUI thread directly: only touches thread-safe state ---------
+    def cancel(self) -> None:
+        e = self.engine
+        if e is not None:
+            e.cancel()
+
+    def request_close(self) -> None:
+        self._closing = True
+        self.cancel()
+
+    # -- slots, run in the engine thread -------------------------------------------------
+    @Slot(dict)
+    def load(self, spec: dict) -> None:
+        self._unload()
+        try:
+            opts = LoadOptions(
+                n_ctx=int(spec.get("n_ctx", 4096)), n_threads=int(spec.get("threads", 0)),
+                target_gpu_layers=int(spec.get("target_gpu_layers", 0)),
+                drafter_gpu_layers=int(spec.get("drafter_gpu_layers", 0)))
+
+            def progress(label, frac):
+                self.load_progress.emit(label, frac)
+                return not self._closing  # returning False aborts loading
+
+            self.engine = Engine.load(spec["target"], spec.get("drafter") or None, opts, progress)
+        except TandemError as e:
+            self.load_failed.emit(str(e))
+            return
+        except Exception as e:  # a failed load must leave the app usable
+            self.load_failed.emit(f"{type(e).__name__}: {e}")
+            return
+        rt = self.engine.rt
+        self.loaded.emit({
+            "target": str(rt.target_info.path), "drafter": str(rt.drafter_info.path) if rt.drafter_info else "",
+            "target_name": rt.target_info.path.name,
+            "drafter_name": rt.drafter_info.path.name if rt.drafter_info else "",
+            "n_ctx": self.engine.n_ctx, "has_mtp": self.engine.has_mtp,
+            "mtp_reason": "" if self.engine.has_mtp else (
+                "no drafter loaded" if rt.target_info.is_gemma4_target
+                else f"{rt.target_info.arch} models have no MTP drafter"),
+        })
+
+    @Slot(int, list, dict)
+    def generate(self, rid: int, messages: list, cfg: dict) -> None:
+        if self.engine is None:
+            self.failed.emit(rid, "error", "No model is loaded.")
+            return
+        if self._closing:
+            return
+        e = self.engine
+        try:
+            sp = SamplingParams(temperature=float(cfg.get("temperature", 0.0)), top_k=int(cfg.get("top_k", 64)),
+                                top_p=float(cfg.get("top_p", 0.95)), min_p=float(cfg.get("min_p", 0.0)),
+                                repeat_penalty=float(cfg.get("repeat_penalty", 1.0)))
+            gc = GenerationConfig(max_tokens=int(cfg.get("max_tokens", 1024)), use_mtp=bool(cfg.get("use_mtp", True)),
+                                  draft_max=int(cfg.get("draft_max", 3)), sampling=sp, seed=cfg.get("seed"))
+            if cfg.get("drop_oldest"):
+                messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)))
+            if cfg.get("fresh"):
+                e.reset()  # compare mode: both runs start from an empty cache
+            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)))
+        except ContextOverflowError as err:
+            self.failed.emit(rid, "overflow", str(err))
+            return
+        except (TandemError, ValueError) as err:
+            self.failed.emit(rid, "error", str(err))
+            return
+        answer, thinking, origins, timeline, chart = [], [], [], [], []
+        pending, last_emit = [], 0.0
+        t0 = time.perf_counter()
+        stats = None
+        try:
+            for ev in events:
+                stats = ev.stats
+                now = time.perf_counter()
+                answer.append(ev.answer)
+                thinking.append(ev.thinking)
+                for p in ev.pieces:
+                    if p.channel == "answer":
+                        origins.append([p.text, p.drafted])
+                    pending.append([p.text, p.channel, p.drafted])
+                if ev.answer or ev.thinking:
+                    timeline.append([now - t0, ev.answer, ev.thinking])
+                if now - last_emit >= EMIT_INTERVAL_S or ev.finish_reason:
+                    live = self._live(stats)
+                    chart.append([now - t0, live["decode_tps"] or 0.0])
+                    self.stream.emit(rid, pending, live)
+                    pending, last_emit = [], now
+        except Exception as err:
+            traceback.print_exc()
+            self.failed.emit(rid, "error", f"Generation failed: {err}")
+            return
+        self.finished.emit(rid, {
+            "answer": "".join(answer), "thinking": "".join(thinking), "origins": origins,
+            "timeline": timeline, "chart": chart, "stats": self._live(stats) if stats else {},
+            "finish_reason": stats.finish_reason if stats else "error",
+        })
+
+    @staticmethod
+    def _live(stats) -> dict:
+        d = stats.to_dict()
+        d["footer"] = stats.footer()
+        return d
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._unload()
+        self.closed.emit()
+
+    def _unload(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None

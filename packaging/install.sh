@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install Tandem into ./.venv (created if missing).
+#   bash packaging/install.sh          # the app
+#   bash packaging/install.sh --dev    # the app + test tools and the small real test model
+# llama-cpp-python is compiled from source for this machine (a few minutes, once): the wheel
+# is kept in ~/.cache/tandem/wheels, keyed by the build flags, and reused afterwards.
+# Extra llama.cpp build flags go in CMAKE_ARGS, e.g. CMAKE_ARGS="-DGGML_CUDA=on" (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LLAMA_VERSION=0.3.36
+PY=${PYTHON:-python3}
+extras=""
+[ "${1:-}" = "--dev" ] && extras="[test]"
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip wheel
+
+# Intel AMX kernels (ggml's -march=native picks them on Xeon CPUs that report AMX) crash with
+# SIGILL on virtual machines that report AMX without supporting it. Consumer CPUs have no AMX,
+# so leaving it out costs desktop users nothing.
+flags="${CMAKE_ARGS:-}"
+if [ "$(uname -m)" = "x86_64" ] && grep -q amx_tile /proc/cpuinfo 2>/dev/null; then
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  flags="$flags -DCMAKE_C_FLAGS='$noamx' -DCMAKE_CXX_FLAGS='$noamx'"
+fi
+key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$flags" "$(uname -m)" | sha256sum | cut -c1-16)
+wheels="$HOME/.cache/tandem/wheels/$key"
+if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  echo "Building llama-cpp-python $LLAMA_VERSION for this machine (a few minutes, once)..."
+  mkdir -p "$wheels"
+  CMAKE_ARGS="$flags" .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir \
+    --no-binary llama-cpp-python -w "$wheels" "llama-cpp-python==$LLAMA_VERSION"
+fi
+.venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
+.venv/bin/python -m pip install -q -e ".$extras"
+echo "Tandem installed: run .venv/bin/tandem"

@@ -1,0 +1,61 @@
+"""Shared fixtures: synthetic Gemma 4 models written once per test session.
+
+They run through llama.cpp's real gemma4 / gemma4-assistant graphs: nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny(models_dir):
+    """Paths of the tiny target and drafters of agreement 1.0, 0.7 and 0.0."""
+    from engine.testmodels import make_test_models
+
+    out = {}
+    for a in (1.0, 0.7, 0.0):
+        t, d = make_test_models(models_dir, "tiny", a)
+        out["target"] = t
+        out[a] = d
+    return out
+
+
+@pytest.fixture(scope="session")
+def noisy(models_dir):
+    """A target that often leaves the successor rule (natural rejections, occasional near-ties)."""
+    from engine.testmodels import make_test_models
+
+    t, d = make_test_models(models_dir / "noisy", "tiny", 1.0, alpha=1.0)
+    return {"target": t, 1.0: d}
+
+
+@pytest.fixture(scope="session")
+def engine07(tiny):
+    """One engine with the agreement-0.7 drafter, shared by tests that reset it as needed."""
+    from engine.engine import Engine
+
+    e = Engine.load(tiny["target"], tiny[0.7])
+    yield e
+    e.close()
+
+
+PROMPTS = [
+    "Hello world, this is a test",
+    "def f(x):\n    return x + 1",
+    "The quick brown fox jumps over the lazy dog",
+    "Gemma speed test python function",
+    "a b c d e f g",
+    "zzz yyy xxx www",
+    "List: apples, pears, plums.",
+    "Ünïcödé → ✓ 漢字",
+]

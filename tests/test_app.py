@@ -1,0 +1,212 @@
+"""The desktop app, offscreen, driving the real engine with the synthetic tiny models."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QMessageBox
+
+from app.settings import Settings
+from app.store import Store
+from app.window import MainWindow
+
+TIMEOUT = 20000
+
+
+def make_window(qtbot, tmp_path, target, drafter="", **settings):
+    s = Settings(tmp_path / "settings.json")
+    s.update(target=str(target), drafter=str(drafter), max_tokens=120, **settings)
+    w = MainWindow(s, Store(tmp_path / "chats.sqlite3"))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.model_info is not None, timeout=TIMEOUT)
+    return w
+
+
+@pytest.fixture
+def win(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
+    yield w
+    if w.isVisible():
+        w.close()
+
+
+def send(qtbot, w, text):
+    w.input.setPlainText(text)
+    qtbot.keyClick(w.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: w._active is None, timeout=TIMEOUT)
+    return w._message_widgets()[-1]
+
+
+def test_send_streams_and_finishes_with_stats(qtbot, win):
+    chunks = []
+    win.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))
+    win.settings["max_tokens"] = 400
+    reply = send(qtbot, win, "Hello world, this is a test")
+    assert reply.role == "assistant" and len(reply.text) > 100
+    assert len(chunks) >= 2  # it streamed, coalesced
+    assert sum(len(p) for p, _ in chunks) == 400  # every token arrived exactly once
+    s = reply.stats
+    assert s["mode"] == "mtp" and s["draft_max"] == 3
+    assert s["decode_tps"] > 0 and s["ttft_s"] > 0 and 0 < s["acceptance_rate"] < 1
+    assert 1 < s["mean_accepted_length"] <= 4
+    assert "tok/s" in reply.footer.text() and "MTP k=3" in reply.footer.text()
+    assert "tok/s:" in win.stats_bar.labels["decode"][0].text()
+    assert len(win.stats_bar.chart.points) >= 1
+    # the conversation got a title from the first message
+    assert win.conv_list.item(0).text().startswith("Hello world")
+
+
+def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
+    first = send(qtbot, win, "a b c d e f g")
+    assert first.stats["mode"] == "mtp"
+    win.mtp_switch.setChecked(False)
+    assert not win.draft_spin.isEnabled()
+    win.regenerate()
+    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    second = win._message_widgets()[-1]
+    assert second.stats["mode"] == "baseline" and "baseline" in second.footer.text()
+    assert second.text == first.text  # greedy: the drafter changes speed, not output
+    win.mtp_switch.setChecked(True)
+    win.draft_spin.setValue(5)
+    win.regenerate()
+    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    assert win._message_widgets()[-1].stats["draft_max"] == 5
+    # per-chat settings are stored with the conversation
+    assert win.store.conversation(win.conversation_id).settings["draft_max"] == 5
+
+
+def test_switch_disabled_without_drafter(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"])
+    assert not w.mtp_switch.isEnabled()
+    assert "no drafter" in w.mtp_switch.toolTip()
+    reply = send(qtbot, w, "hi")
+    assert reply.stats["mode"] == "baseline"
+    w.close()
+
+
+def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
+    win.input.setPlainText("The quick brown fox")
+    qtbot.mouseClick(win.compare_btn, Qt.LeftButton)
+    page = win.compare_page
+    qtbot.waitUntil(lambda: page.base.result is not None and page.mtp.result is not None, timeout=TIMEOUT)
+    assert win.stack.currentIndex() == 1
+    assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
+    assert page.base.result["answer"] == page.mtp.result["answer"] != ""
+    assert "identical output" in page.verdict.text() and "Speed-up" in page.verdict.text()
+    page.replay()
+    assert page.replaying
+    qtbot.waitUntil(lambda: not page.replaying, timeout=TIMEOUT)
+    assert page.base.view.toPlainText() == page.base.result["answer"]
+    assert page.mtp.view.toPlainText() == page.mtp.result["answer"]
+    # the comparison did not touch the conversation
+    assert win._message_widgets() == [] or all(m.role != "assistant" for m in win._message_widgets())
+
+
+def test_stop_mid_reply_keeps_partial_answer(qtbot, win):
+    win.settings["max_tokens"] = 100000
+    chunks = []
+    win.worker.stream.connect(lambda *a: chunks.append(a))
+    win.input.setPlainText("zzz yyy xxx www")
+    qtbot.keyClick(win.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: len(chunks) >= 3, timeout=TIMEOUT)
+    qtbot.keyClick(win.input, Qt.Key_Escape)
+    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    reply = win._message_widgets()[-1]
+    assert reply.stats["finish_reason"] == "cancelled" and "stopped" in reply.footer.text()
+    saved = win.store.messages(win.conversation_id)[-1]
+    assert saved.content == reply.text != ""
+
+
+def test_edit_and_regenerate(qtbot, win):
+    send(qtbot, win, "first question")
+    send(qtbot, win, "second question")
+    n = len(win._message_widgets())
+    win.regenerate()
+    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    assert len(win._message_widgets()) == n
+    win.edit_last_user_message()
+    assert win.input.toPlainText() == "second question"
+    assert len(win._message_widgets()) == n - 2
+    reply = send(qtbot, win, "second question, edited")
+    assert [m.role for m in win.store.messages(win.conversation_id)] == ["user", "assistant"] * 2
+    assert win.store.messages(win.conversation_id)[-2].content == "second question, edited"
+    assert reply.text
+
+
+def test_token_origins_view_tints_tokens(qtbot, win):
+    reply = send(qtbot, win, "Hello world")
+    assert any(d for _, d in reply.origins) and not all(d for _, d in reply.origins)
+    win.origin_switch.setChecked(True)
+    html = reply.body.toHtml()
+    assert "#b7ebc0" in html.lower() and "#ffe2b8" in html.lower()
+    win.origin_switch.setChecked(False)
+    assert "#b7ebc0" not in reply.body.toHtml().lower()
+
+
+def test_persistence_survives_restart(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
+    reply = send(qtbot, w, "remember me")
+    text, footer = reply.text, reply.footer.text()
+    w.rename_conversation(w.conversation_id, "Kept chat")
+    w.close()
+    w2 = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
+    msgs = w2._message_widgets()
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].text == text and msgs[1].footer.text() == footer
+    assert w2.conv_list.item(0).text() == "Kept chat"
+    # search by title and by message text
+    w2.search.setText("remember")
+    assert w2.conv_list.count() == 1
+    w2.search.setText("no such words")
+    assert w2.conv_list.count() == 0
+    w2.close()
+
+
+def test_close_while_generating_exits_cleanly_and_saves(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=100000)
+    chunks = []
+    w.worker.stream.connect(lambda *a: chunks.append(a))
+    w.input.setPlainText("Hello")
+    qtbot.keyClick(w.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=TIMEOUT)
+    w.close()
+    assert not w.thread.isRunning()
+    saved = Store(tmp_path / "chats.sqlite3").messages(w.conversation_id)
+    assert saved[-1].role == "assistant" and saved[-1].content  # the partial reply is kept
+
+
+def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, monkeypatch):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.Yes)
+    for i in range(8):
+        send(qtbot, w, f"question number {i} " + "word " * 12)
+    assert asked and "context" in asked[0]
+    assert w._message_widgets()[-1].stats["generated_tokens"] >= 1
+    # nothing was deleted from the saved conversation
+    assert len([m for m in w.store.messages(w.conversation_id) if m.role == "user"]) == 8
+    w.close()
+
+
+def test_event_loop_stays_responsive_while_streaming(qtbot, win):
+    """Reports the worst lateness of a 10 ms timer while the tiny model streams flat out."""
+    win.settings["max_tokens"] = 3000
+    lateness, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        lateness.append(now - last[0] - 0.010)
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    timer.start()
+    send(qtbot, win, "Hello world")
+    timer.stop()
+    worst = max(lateness)
+    print(f"\nworst timer lateness while streaming: {worst * 1000:.1f} ms over {len(lateness)} ticks")
+    assert len(lateness) >= 5  # the GUI thread kept running its timers during generation

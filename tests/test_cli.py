@@ -1,0 +1,72 @@
+"""The CLI contract other checks rely on: generate --json, bench --json, make-test-models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+STATS_KEYS = {"prefill_tps", "ttft_s", "decode_tps", "draft_tokens", "accepted_tokens",
+              "acceptance_rate", "mean_accepted_length", "per_position_acceptance"}
+
+
+def tandem(*args, check=True):
+    r = subprocess.run([sys.executable, "-m", "app.main", *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_generate_json(tiny):
+    r = tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "20",
+               "--draft-max", "2", "--json", "Hello there")
+    out = json.loads(r.stdout)
+    assert {"text", "tokens", "finish_reason", "stats"} <= set(out)
+    assert STATS_KEYS <= set(out["stats"])
+    assert len(out["tokens"]) == 20 and out["finish_reason"] == "length"
+    assert out["stats"]["draft_tokens"] > 0 and len(out["stats"]["per_position_acceptance"]) == 2
+    base = json.loads(tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "20",
+                             "--no-mtp", "--json", "Hello there").stdout)
+    assert base["tokens"] == out["tokens"] and base["stats"]["draft_tokens"] == 0
+    raw = json.loads(tandem("generate", "--model", tiny["target"], "--max-tokens", "5", "--raw", "--json",
+                            "--temperature", "0.7", "--seed", "1", "Hello").stdout)
+    assert len(raw["tokens"]) == 5
+
+
+def test_generate_streams_text(tiny):
+    r = tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "8", "Hi")
+    assert r.stdout.strip() and "tok/s" in r.stderr and "MTP k=3" in r.stderr
+
+
+def test_bench_json_side_by_side(tiny, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello world"}\n{"prompt": "a b c", "raw": true}\n')
+    out = tmp_path / "bench.json"
+    r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--prompts", prompts,
+               "--max-tokens", "24", "--draft-max", "1", "3", "--json", out)
+    assert "speed-up" in r.stdout and "identical" in r.stdout
+    res = json.loads(out.read_text())
+    assert STATS_KEYS <= set(res["baseline"])
+    assert [m["draft_max"] for m in res["mtp"]] == [1, 3]
+    for m in res["mtp"]:
+        assert STATS_KEYS <= set(m)
+        assert {"speedup", "identical", "near_ties", "prompts"} <= set(m)
+        assert m["prompts"] == 2 and m["identical"] + m["near_ties"] == 2 and m["mismatches"] == 0
+        assert 0.2 < m["acceptance_rate"] < 0.9
+        assert m["speedup"] > 0
+
+
+def test_bench_default_prompts_ship_with_the_package(tiny):
+    r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "8", "--draft-max", "2")
+    assert "8 prompts" in r.stdout
+
+
+def test_make_test_models(tmp_path):
+    r = tandem("make-test-models", tmp_path, "--agreement", "0.5")
+    assert (tmp_path / "tiny-target.gguf").exists() and (tmp_path / "tiny-drafter-a0.5.gguf").exists()
+    assert "target" in r.stdout
+
+
+def test_version():
+    r = tandem("--version")
+    assert r.stdout.startswith("tandem ")

@@ -1,0 +1,83 @@
+"""The streaming API: small events with text deltas, token origins, live stats, cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.engine import GenerationConfig
+from engine.text import TextAssembler
+
+
+def test_events_carry_deltas_tokens_origins_and_stats(engine07):
+    engine07.reset()
+    prompt = engine07.tokenize("Hello world, this is a test")
+    events = list(engine07.generate(prompt, GenerationConfig(max_tokens=40, draft_max=3)))
+    assert events[-1].finish_reason == "length"
+    assert all(ev.finish_reason is None for ev in events[:-1])
+    tokens = [t for ev in events for t in ev.tokens]
+    assert len(tokens) == 40
+    # one event per verify step: several tokens when drafts were accepted
+    assert len(events) < 40 and max(len(ev.pieces) for ev in events) > 1
+    for ev in events:
+        flags = [p.drafted for p in ev.pieces]
+        # within a step: accepted drafts first, then the target's own token
+        assert flags == sorted(flags, reverse=True)
+    text = "".join(ev.answer for ev in events)
+    assert text == engine07.detokenize(tokens)
+    s = events[-1].stats
+    assert s.generated_tokens == 40 and s.steps == len(events) - 1  # first event: prefill
+    assert s.ttft_s > 0 and s.decode_tps > 0 and 0 <= s.acceptance_rate <= 1
+
+
+def test_text_is_utf8_safe_across_byte_tokens(engine07):
+    text = "héllo ✓ 漢字 🙂"
+    toks = engine07.tokenize(text, add_special=False, parse_special=False)
+    assert len(toks) > len(text)  # multi-byte characters are spread over byte tokens
+    asm = TextAssembler(engine07._piece, engine07._control_text)
+    pieces = [asm.feed(t) for t in toks]
+    out = "".join(p.text for p in pieces) + asm.flush()[0]
+    assert out.lstrip(" ") == text  # SPM adds a leading space
+    assert any(p.text == "" for p in pieces)  # mid-character tokens add nothing yet
+    # an unfinished character at the very end becomes U+FFFD instead of raising
+    asm = TextAssembler(engine07._piece, engine07._control_text)
+    partial = "".join(asm.feed(t).text for t in engine07.tokenize("✓", False, False)[:-1])
+    assert (partial + asm.flush()[0]).lstrip(" ") == "\ufffd"
+
+
+def test_cancel_from_another_thread_stops_within_a_step_and_engine_stays_usable(engine07):
+    engine07.reset()
+    prompt = engine07.tokenize("zzz yyy xxx www")
+    seen = []
+    gen = engine07.generate(prompt, GenerationConfig(max_tokens=100000, draft_max=3))
+    cancelled_at = []
+
+    def consume():
+        for ev in gen:
+            seen.append(ev)
+            if len(seen) == 5:
+                threading.Thread(target=lambda: (engine07.cancel(), cancelled_at.append(len(seen)))).start()
+                time.sleep(0.05)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert seen[-1].finish_reason == "cancelled"
+    assert len(seen) <= cancelled_at[0] + 2  # at most the step in flight finished
+    # reusable, and its cache is consistent: continuing equals a fresh decode
+    follow = prompt + [tok for ev in seen for tok in ev.tokens] + engine07.tokenize(" more", False, False)
+    a = engine07.run(follow, GenerationConfig(max_tokens=16))
+    assert a.stats.reused_tokens > len(prompt)
+    engine07.reset()
+    b = engine07.run(follow, GenerationConfig(max_tokens=16))
+    assert a.tokens == b.tokens
+
+
+def test_stop_at_end_of_turn(engine07):
+    # The successor walk of the synthetic target reaches <turn|> (id 5) after id 4.
+    engine07.reset()
+    prompt = engine07.tokenize("<bos><|turn>", add_special=False, parse_special=True)
+    r = engine07.run(prompt, GenerationConfig(max_tokens=20))
+    assert r.finish_reason == "stop"
+    assert r.tokens == [] and r.stats.generated_tokens == 0
