@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout,
                                QWidget)
+
+from .render import for_display
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -89,12 +92,13 @@ class ComparePage(QWidget):
         pane = self.base if which == "baseline" else self.mtp
         if pane.result is None and pane.view.toPlainText() in ("running…", "waiting for the baseline run to finish…"):
             pane.view.setPlainText("")
-        pane.view.insertPlainText(text)
+        pane.view.moveCursor(QTextCursor.End)
+        pane.view.insertPlainText(for_display(text))
 
     def done(self, which: str, result: dict):
         pane = self.base if which == "baseline" else self.mtp
         pane.result = result
-        pane.view.setPlainText(result["answer"])
+        pane.view.setPlainText(for_display(result["answer"]))
         pane.stats.setText(result["stats"].get("footer", ""))
         if which == "baseline":
             self.mtp.view.setPlainText("running…")
@@ -143,7 +147,8 @@ class ComparePage(QWidget):
             tl = pane.result["timeline"]
             i = self._cursor[which]
             while i < len(tl) and tl[i][0] <= t:
-                pane.view.insertPlainText(tl[i][1])
+                pane.view.moveCursor(QTextCursor.End)
+                pane.view.insertPlainText(for_display(tl[i][1]))
                 i += 1
             self._cursor[which] = i
             running |= i < len(tl)

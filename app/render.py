@@ -21,6 +21,15 @@ DRAFTED_LIGHT, DRAFTED_DARK = "#b7ebc0", "#1f5a2a"
 TARGET_LIGHT, TARGET_DARK = "#ffe2b8", "#6b4a12"
 
 
+# C0 control characters (but tab and newline) have no glyphs: looking for one in every
+# fallback font is slow and shows a box, so they are left out of what is displayed.
+_CONTROLS = {c: None for c in range(32) if c not in (9, 10)} | {127: None}
+
+
+def for_display(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
 def split_code(text: str) -> list[tuple[str, str, str]]:
     """[(kind, lang, body)] with kind 'md' or 'code'; an unclosed fence (still streaming) is code."""
     out, pos = [], 0
@@ -50,7 +59,7 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[s
     doc.clear()
     cur = QTextCursor(doc)
     blocks = []
-    for kind, lang, body in split_code(text):
+    for kind, lang, body in split_code(for_display(text)):
         if kind == "md":
             if body.strip():
                 cur.insertMarkdown(body, MD_FEATURES)
@@ -70,6 +79,6 @@ def render_origins(doc: QTextDocument, origins: list, dark: bool = False) -> Non
     target = TARGET_DARK if dark else TARGET_LIGHT
     parts = []
     for text, was_drafted in origins:
-        t = html.escape(text).replace("\n", "<br>")
+        t = html.escape(for_display(text)).replace("\n", "<br>")
         parts.append(f'<span style="background:{drafted if was_drafted else target}">{t}</span>')
     doc.setHtml('<p style="white-space:pre-wrap">' + "".join(parts) + "</p>")

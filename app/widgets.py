@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPainterPath, QPen
+from PySide6.QtCore import QPointF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPainterPath, QPen, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .render import render_markdown, render_origins
+from .render import for_display, render_markdown, render_origins
 
 
 def is_dark() -> bool:
@@ -43,6 +43,8 @@ class AutoHeightBrowser(QTextBrowser):
 class MessageWidget(QFrame):
     """One message: role, collapsible thinking, body (Markdown or token origins), footer."""
 
+    RENDER_INTERVAL_MS = 1000
+
     copy_requested = Signal(str)
     action = Signal(str, object)  # ("regenerate" | "edit" | "details", self)
 
@@ -56,6 +58,7 @@ class MessageWidget(QFrame):
         self.stats: dict | None = None
         self.show_origins = False
         self._code_blocks: list[str] = []
+        self._render_pending = False
         self.setObjectName("userMessage" if role == "user" else "modelMessage")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)
@@ -124,16 +127,28 @@ class MessageWidget(QFrame):
         if origins is not None:
             self.origins = origins
         self.think_toggle.setVisible(bool(thinking))
-        self.think_view.setText(thinking)
+        self.think_view.setText(for_display(thinking))
         self.refresh()
 
     def append(self, text: str, thinking: str, pieces: list) -> None:
+        """Streaming: new text is appended as plain text (cheap, incremental layout) and
+        the full Markdown render runs at most every RENDER_INTERVAL_MS. The GUI thread
+        shares the GIL with the engine thread, so its work must stay small and bounded."""
         self.text += text
         self.thinking += thinking
         self.origins.extend([t, d] for t, ch, d in pieces if ch == "answer")
+        if text and not self.show_origins:
+            cur = QTextCursor(self.body.document())
+            cur.movePosition(QTextCursor.End)
+            cur.insertText(for_display(text))
+        if not self._render_pending:
+            self._render_pending = True
+            QTimer.singleShot(self.RENDER_INTERVAL_MS, self._deferred_refresh)
+
+    def _deferred_refresh(self) -> None:
+        self._render_pending = False
         self.think_toggle.setVisible(bool(self.thinking))
-        if thinking:
-            self.think_view.setText(self.thinking)
+        self.think_view.setText(for_display(self.thinking))
         self.refresh()
 
     def refresh(self) -> None:
@@ -144,7 +159,7 @@ class MessageWidget(QFrame):
         elif self.role == "assistant":
             self._code_blocks = render_markdown(doc, self.text, is_dark())
         else:
-            doc.setPlainText(self.text)
+            doc.setPlainText(for_display(self.text))
         self.body._fit()
 
     def set_stats(self, stats: dict | None) -> None:

@@ -469,7 +469,12 @@ class MainWindow(QMainWindow):
         self._compare_queue = [("baseline", False), ("mtp", True)]
         self._compare_msgs = msgs
         self.stats_bar.reset()
-        self._next_compare()
+        self._rid += 1  # marks the comparison as running until the first run starts
+        self._active = {"rid": self._rid, "kind": "compare", "which": "baseline", "t0": time.perf_counter()}
+        self._update_controls()
+        # let the page switch paint first: the GUI thread shares the GIL with the engine
+        # thread, and both runs must see an idle window for a fair comparison
+        QTimer.singleShot(150, self._next_compare)
 
     def _next_compare(self):
         if not self._compare_queue:

@@ -141,6 +141,14 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return toks, scores, [int(t) for t in types]
 
 
+def successor(n_vocab: int) -> np.ndarray:
+    """succ[t] = t + 1, except that the last token wraps to the first byte token, so a walk
+    never reaches <eos> by wrapping (only <|turn> is followed by the end-of-turn token)."""
+    s = np.arange(1, n_vocab + 1)
+    s[-1] = len(SPECIAL_TOKENS)
+    return s
+
+
 def _rand(rng, shape, scale):
     return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(np.float32)
 
@@ -214,8 +222,10 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
     _half_matrices(w, ftype)
     a = np.float32(cfg.alpha)
     w.add_tensor("token_embd.weight", emb)
-    # Successor head: logits[t+1] is large after reading token t (~20 before the softcap).
-    w.add_tensor("output.weight", np.roll(emb, 1, axis=0) * np.float32(20.0 / math.sqrt(d)))
+    # Successor head: logits[succ(t)] is large after reading token t (~20 before the softcap).
+    head = np.zeros_like(emb)
+    np.add.at(head, successor(cfg.n_vocab), emb * np.float32(20.0 / math.sqrt(d)))
+    w.add_tensor("output.weight", head)
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
     P = cfg.ple_width
@@ -277,7 +287,7 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
 
     # sigma(t): the token the drafter proposes after t.
     agree = rng.random(V) < cfg.agreement
-    succ = (np.arange(V) + 1) % V
+    succ = successor(V)
     other = (succ + rng.integers(1, V - 1, V)) % V  # never equal to succ
     sigma = np.where(agree, succ, other)
     pe = emb @ proj.T

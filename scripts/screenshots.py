@@ -1,0 +1,76 @@
+"""Screenshots of the real app with the synthetic models, for the README and for review.
+
+    xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots
+
+Writes chat.png, compare.png and origins.png. Uses a temporary settings file and chat
+database, so your own conversations are not touched.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main(out: Path) -> int:
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui import apply_theme
+    from app.settings import Settings
+    from app.store import Store
+    from app.window import MainWindow
+    from engine.testmodels import make_test_models
+
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="tandem-shots-"))
+    target, drafter = make_test_models(tmp / "models", "tiny", 0.8)
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    settings = Settings(tmp / "settings.json")
+    settings.update(target=str(target), drafter=str(drafter), max_tokens=160, theme="light")
+    apply_theme(app, "light")
+    win = MainWindow(settings, Store(tmp / "chats.sqlite3"))
+    win.resize(1280, 820)
+    win.show()
+
+    def wait(cond, timeout=30.0):
+        t = time.time()
+        while not cond() and time.time() - t < timeout:
+            app.processEvents()
+            time.sleep(0.01)
+        for _ in range(20):  # let layouts and repaints settle
+            app.processEvents()
+            time.sleep(0.01)
+
+    def shot(name):
+        win.raise_()
+        wait(lambda: True)
+        pix = win.screen().grabWindow(win.winId())
+        if pix.isNull() or pix.width() < 10:
+            pix = win.grab()
+        pix.save(str(out / name))
+        print(out / name)
+
+    wait(lambda: win.model_info is not None)
+    for prompt in ("Hello! Who are you?", "Write a Python function that adds two numbers."):
+        win.input.setPlainText(prompt)
+        win.send()
+        wait(lambda: win._active is None)
+    shot("chat.png")
+
+    win.origin_switch.setChecked(True)
+    shot("origins.png")
+    win.origin_switch.setChecked(False)
+
+    win.input.setPlainText("Count from one to twenty.")
+    win.compare()
+    page = win.compare_page
+    wait(lambda: page.base.result is not None and page.mtp.result is not None)
+    shot("compare.png")
+    win.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "resources/screenshots")))
