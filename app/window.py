@@ -99,10 +99,12 @@ class MainWindow(QMainWindow):
         self.compare_btn = QPushButton("Compare")
         self.compare_btn.setToolTip("Send the prompt in the input box twice: baseline, then MTP, and compare")
         self.compare_btn.clicked.connect(self.compare)
+        self.settings_btn = QPushButton("Settings…")
+        self.settings_btn.clicked.connect(self.open_settings)
         for w in (self.model_label,):
             bar.addWidget(w, 1)
         for w in (self.load_btn, self.mtp_switch, self.draft_spin, self.think_switch, self.origin_switch,
-                  self.compare_btn):
+                  self.compare_btn, self.settings_btn):
             bar.addWidget(w)
         rl.addLayout(bar)
 
@@ -141,6 +143,7 @@ class MainWindow(QMainWindow):
                                 ("Load model…", self.choose_models, QKeySequence.Open),
                                 ("Export chat as Markdown…", lambda: self.export("md"), None),
                                 ("Export chat as JSON…", lambda: self.export("json"), None),
+                                ("Settings…", self.open_settings, QKeySequence.Preferences),
                                 ("Quit", self.close, QKeySequence.Quit)):
             act = QAction(text, self)
             if key is not None:
@@ -225,6 +228,23 @@ class MainWindow(QMainWindow):
         self.load_btn.setEnabled(not busy)
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or loaded)
+
+    def open_settings(self):
+        from .gui import apply_theme
+        from .settings_dialog import SettingsDialog
+
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec() != SettingsDialog.Accepted:
+            return
+        reload, theme = dlg.apply()
+        if theme:
+            from PySide6.QtWidgets import QApplication
+
+            apply_theme(QApplication.instance(), self.settings["theme"])
+            for w in self._message_widgets():
+                w.refresh()
+        if reload and self.settings["target"]:
+            self.load_models(self.settings["target"], self.settings["drafter"])
 
     # ---- conversations ---------------------------------------------------------------
     def _refresh_conversations(self, *_):

@@ -1,4 +1,4 @@
-"""Read a GGUF header with the `gguf` package and refuse files llama.cpp would choke on.
+"""Read a GGUF header and refuse files llama.cpp would choke on.
 
 llama.cpp aborts the whole process on some malformed files (a GGML_ASSERT is not an
 exception), so every file is checked here, in Python, before llama.cpp sees it.
@@ -7,7 +7,8 @@ exception), so every file is checked here, in Python, before llama.cpp sees it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -36,7 +37,6 @@ class GGUFInfo:
     shared_kv_layers: int = 0
     chat_template: str | None = None
     n_tensors: int = 0
-    metadata: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_gemma4_target(self) -> bool:
@@ -47,12 +47,118 @@ class GGUFInfo:
         return self.arch == DRAFTER_ARCH
 
 
-def _scalar(reader, key, default=None):
-    f = reader.fields.get(key)
-    if f is None or not f.data:
-        return default
-    v = f.contents()
-    return v
+_SCALARS = {  # GGUFValueType -> struct format
+    gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b", gguf.GGUFValueType.UINT16: "<H",
+    gguf.GGUFValueType.INT16: "<h", gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
+    gguf.GGUFValueType.FLOAT32: "<f", gguf.GGUFValueType.BOOL: "<?", gguf.GGUFValueType.UINT64: "<Q",
+    gguf.GGUFValueType.INT64: "<q", gguf.GGUFValueType.FLOAT64: "<d",
+}
+# Arrays longer than this (vocabularies: 262k strings) are skipped, only counted.
+_KEEP_ARRAY = 4096
+
+
+class _Truncated(Exception):
+    pass
+
+
+class _Skipped(int):
+    """Length of an array that was too long to keep."""
+
+
+class _HeaderReader:
+    """A forward-only reader of GGUF metadata and tensor infos.
+
+    The gguf package's GGUFReader builds a Python object for every vocabulary entry, which
+    takes tens of seconds for Gemma's 262k-token vocabulary; this uses the package's value
+    types and block sizes but skips long arrays without materialising them.
+    """
+
+    def __init__(self, fh, size: int):
+        self.fh = fh
+        self.size = size
+
+    def take(self, n: int) -> bytes:
+        b = self.fh.read(n)
+        if len(b) != n:
+            raise _Truncated
+        return b
+
+    def unpack(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        n = self.unpack("<Q")
+        if n > self.size:
+            raise ValueError("string length beyond the end of the file")
+        return self.take(n).decode("utf-8", "replace")
+
+    def value(self, vtype: int):
+        if vtype == gguf.GGUFValueType.STRING:
+            return self.string()
+        if vtype == gguf.GGUFValueType.ARRAY:
+            itype = self.unpack("<I")
+            n = self.unpack("<Q")
+            if n > self.size:
+                raise ValueError("array length beyond the end of the file")
+            if n > _KEEP_ARRAY:
+                self._skip_array(itype, n)
+                return _Skipped(n)
+            return [self.value(itype) for _ in range(n)]
+        fmt = _SCALARS.get(vtype)
+        if fmt is None:
+            raise ValueError(f"unknown metadata value type {vtype}")
+        return self.unpack(fmt)
+
+    def _skip_array(self, itype: int, n: int) -> None:
+        if itype == gguf.GGUFValueType.STRING:
+            for _ in range(n):
+                self.fh.seek(self.unpack("<Q"), 1)
+        elif itype in _SCALARS:
+            self.fh.seek(n * struct.calcsize(_SCALARS[itype]), 1)
+        else:
+            for _ in range(n):
+                self.value(itype)
+        if self.fh.tell() > self.size:
+            raise _Truncated
+
+
+def _read_header(fh, size: int) -> tuple[dict, int, int]:
+    """Returns (metadata, number of tensors, where the tensor data ends)."""
+    r = _HeaderReader(fh, size)
+    r.take(4)  # magic, checked by the caller
+    version = r.unpack("<I")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}")
+    n_tensors = r.unpack("<Q")
+    n_kv = r.unpack("<Q")
+    if n_tensors > 1_000_000 or n_kv > 1_000_000:
+        raise ValueError("implausible tensor or key count")
+    meta = {}
+    for _ in range(n_kv):
+        key = r.string()
+        meta[key] = r.value(r.unpack("<I"))
+    data_end = 0
+    for _ in range(n_tensors):
+        r.string()  # name
+        n_dims = r.unpack("<I")
+        if n_dims > 8:
+            raise ValueError("tensor with more than 8 dimensions")
+        dims = [r.unpack("<Q") for _ in range(n_dims)]
+        ttype = r.unpack("<I")
+        offset = r.unpack("<Q")
+        try:
+            block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
+        except (ValueError, KeyError):
+            raise ValueError(f"unknown tensor type {ttype}") from None
+        count = 1
+        for d in dims:
+            count *= d
+        data_end = max(data_end, offset + count // block * nbytes)
+    align = meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise ValueError("invalid general.alignment")
+    pos = fh.tell()
+    return meta, n_tensors, pos + (-pos % align) + data_end
 
 
 def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
@@ -65,67 +171,46 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
     try:
         size = p.stat().st_size
         with open(p, "rb") as fh:
-            magic = fh.read(4)
+            if fh.read(4) != GGUF_MAGIC:
+                raise ModelFileError(f"{p.name}: not a GGUF model file (it does not start with 'GGUF')")
+            fh.seek(0)
+            meta, n_tensors, end = _read_header(fh, size)
     except OSError as e:
         raise ModelFileError(f"{p}: cannot be read ({e.strerror or e})") from None
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(f"{p.name}: not a GGUF model file (it does not start with 'GGUF')")
+    except _Truncated:
+        raise ModelFileError(f"{p.name}: file is truncated inside its header; the download was "
+                             "probably interrupted") from None
+    except (ValueError, OverflowError, struct.error) as e:
+        raise ModelFileError(f"{p.name}: damaged GGUF header ({e})") from None
+    if end > size:
+        raise ModelFileError(f"{p.name}: file is truncated ({size:,} of {end:,} bytes); "
+                             "the download was probably interrupted")
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ModelFileError(f"{p.name}: GGUF has no general.architecture")
 
-    try:
-        reader = gguf.GGUFReader(str(p), "r")
-    except Exception as e:  # the reader raises ValueError/IndexError/... on damaged headers
-        raise ModelFileError(f"{p.name}: damaged or truncated GGUF header ({e})") from None
+    def num(suffix):
+        v = meta.get(f"{arch}.{suffix}", 0)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, _Skipped) else 0
 
-    try:
-        # Data end = start of tensor data + the furthest end of any tensor.
-        end = reader.data_offset
-        for t in reader.tensors:
-            end = max(end, int(t.data_offset) + int(t.n_bytes))
-        if end > size:
-            raise ModelFileError(
-                f"{p.name}: file is truncated ({size:,} of {end:,} bytes); "
-                "the download was probably interrupted"
-            )
-        arch = _scalar(reader, "general.architecture")
-        if not isinstance(arch, str):
-            raise ModelFileError(f"{p.name}: GGUF has no general.architecture")
-
-        def k(suffix, default=None):
-            return _scalar(reader, f"{arch}.{suffix}", default)
-
-        tokens_field = reader.fields.get("tokenizer.ggml.tokens")
-        n_vocab = len(tokens_field.data) if tokens_field is not None else 0
-        swa = k("attention.sliding_window_pattern", ())
-        if isinstance(swa, (bool, int)):
-            swa = ()
-        info = GGUFInfo(
-            path=p,
-            arch=arch,
-            name=str(_scalar(reader, "general.name", p.stem)),
-            file_size=size,
-            n_vocab=n_vocab,
-            n_embd=int(k("embedding_length", 0) or 0),
-            n_embd_out=int(k("embedding_length_out", 0) or 0),
-            n_layer=int(k("block_count", 0) or 0),
-            context_length=int(k("context_length", 0) or 0),
-            swa_pattern=tuple(bool(x) for x in swa),
-            shared_kv_layers=int(k("attention.shared_kv_layers", 0) or 0),
-            chat_template=_scalar(reader, "tokenizer.chat_template"),
-            n_tensors=len(reader.tensors),
-        )
-    except ModelFileError:
-        raise
-    except Exception as e:
-        raise ModelFileError(f"{p.name}: damaged GGUF metadata ({e})") from None
-    finally:
-        # Drop the memory map now; on Windows an open map blocks deleting the file.
-        mm = getattr(reader, "data", None)
-        if mm is not None and hasattr(mm, "_mmap") and mm._mmap is not None:
-            try:
-                mm._mmap.close()
-            except (BufferError, ValueError):
-                pass
-    return info
+    tokens = meta.get("tokenizer.ggml.tokens", [])
+    swa = meta.get(f"{arch}.attention.sliding_window_pattern", [])
+    template = meta.get("tokenizer.chat_template")
+    return GGUFInfo(
+        path=p,
+        arch=arch,
+        name=str(meta.get("general.name", p.stem)),
+        file_size=size,
+        n_vocab=int(tokens) if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0,
+        n_embd=num("embedding_length"),
+        n_embd_out=num("embedding_length_out"),
+        n_layer=num("block_count"),
+        context_length=num("context_length"),
+        swa_pattern=tuple(bool(x) for x in swa) if isinstance(swa, list) else (),
+        shared_kv_layers=num("attention.shared_kv_layers"),
+        chat_template=template if isinstance(template, str) else None,
+        n_tensors=n_tensors,
+    )
 
 
 def check_target(info: GGUFInfo) -> None:

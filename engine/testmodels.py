@@ -339,6 +339,9 @@ def _finish(w) -> None:
 def _quantize(src: Path, dst: Path, qtype: str) -> None:
     import llama_cpp
 
+    from .llama import ensure_backend
+
+    ensure_backend()  # routes llama.cpp's per-tensor log through our quiet filter
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}")
     params.nthread = 0

@@ -214,3 +214,23 @@ def test_event_loop_stays_responsive_while_streaming(qtbot, win):
     print(f"\nworst 10 ms timer lateness while streaming {tokens} tokens: {worst * 1000:.1f} ms "
           f"over {len(lateness)} ticks")
     assert len(lateness) >= 5  # the GUI thread kept running its timers during generation
+
+
+def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
+    from app.settings import Settings
+    from app.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(win.settings, win)
+    qtbot.addWidget(dlg)
+    dlg.fields["n_ctx"].setValue(2048)
+    dlg.fields["temperature"].setValue(0.7)
+    dlg.system.setPlainText("Be brief.")
+    dlg.drafter.setText("")
+    reload, theme = dlg.apply()
+    assert reload and not theme
+    saved = Settings(win.settings.path)
+    assert saved["n_ctx"] == 2048 and saved["temperature"] == 0.7 and saved["system_prompt"] == "Be brief."
+    win.load_models(saved["target"], saved["drafter"])
+    qtbot.waitUntil(lambda: win.model_info is not None, timeout=TIMEOUT)
+    assert win.model_info["n_ctx"] == 2048 and not win.model_info["has_mtp"]
+    assert win._history()[0] == {"role": "system", "content": "Be brief."}

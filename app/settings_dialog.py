@@ -1,0 +1,100 @@
+"""The settings dialog: models, hardware, sampling, system prompt, theme."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QHBoxLayout, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+
+from .settings import Settings
+
+RELOAD_KEYS = ("target", "drafter", "target_gpu_layers", "drafter_gpu_layers", "n_ctx", "threads")
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Tandem settings")
+        self.settings = settings
+        form = QFormLayout(self)
+
+        def path_row(key, title):
+            edit = QLineEdit(settings[key])
+            btn = QPushButton("Browse…")
+            btn.clicked.connect(lambda: self._browse(edit, title))
+            row = QWidget()
+            lay = QHBoxLayout(row)
+            lay.setContentsMargins(0, 0, 0, 0)
+            lay.addWidget(edit, 1)
+            lay.addWidget(btn)
+            return edit, row
+
+        self.target, row = path_row("target", "Gemma 4 model (GGUF)")
+        form.addRow("Model", row)
+        self.drafter, row = path_row("drafter", "MTP drafter (GGUF)")
+        form.addRow("MTP drafter", row)
+
+        def spin(key, lo, hi, tip=""):
+            w = QSpinBox()
+            w.setRange(lo, hi)
+            w.setValue(int(settings[key]))
+            w.setToolTip(tip)
+            return w
+
+        def dspin(key, lo, hi, step, decimals=2):
+            w = QDoubleSpinBox()
+            w.setRange(lo, hi)
+            w.setSingleStep(step)
+            w.setDecimals(decimals)
+            w.setValue(float(settings[key]))
+            return w
+
+        self.fields = {
+            "target_gpu_layers": spin("target_gpu_layers", -1, 999, "Model layers on the GPU (-1 = all)"),
+            "drafter_gpu_layers": spin("drafter_gpu_layers", -1, 999, "Drafter layers on the GPU (-1 = all)"),
+            "n_ctx": spin("n_ctx", 256, 262144, "Context size in tokens"),
+            "threads": spin("threads", 0, 256, "CPU threads (0 = physical cores)"),
+            "temperature": dspin("temperature", 0.0, 2.0, 0.05),
+            "top_k": spin("top_k", 0, 1000, "0 = off"),
+            "top_p": dspin("top_p", 0.01, 1.0, 0.01),
+            "min_p": dspin("min_p", 0.0, 0.99, 0.01),
+            "repeat_penalty": dspin("repeat_penalty", 0.5, 2.0, 0.01),
+            "max_tokens": spin("max_tokens", 1, 131072, "Longest reply in tokens"),
+        }
+        labels = {"target_gpu_layers": "GPU layers (model)", "drafter_gpu_layers": "GPU layers (drafter)",
+                  "n_ctx": "Context size", "threads": "Threads", "temperature": "Temperature (0 = greedy)",
+                  "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "repeat_penalty": "Repetition penalty",
+                  "max_tokens": "Max reply tokens"}
+        for key, w in self.fields.items():
+            form.addRow(labels[key], w)
+        self.system = QPlainTextEdit(settings["system_prompt"])
+        self.system.setFixedHeight(70)
+        form.addRow("System prompt", self.system)
+        self.theme = QComboBox()
+        self.theme.addItems(["system", "light", "dark"])
+        self.theme.setCurrentText(settings["theme"])
+        form.addRow("Theme", self.theme)
+        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _browse(self, edit: QLineEdit, title: str):
+        path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), "GGUF models (*.gguf)")
+        if path:
+            edit.setText(path)
+
+    def values(self) -> dict:
+        v = {"target": self.target.text().strip(), "drafter": self.drafter.text().strip(),
+             "system_prompt": self.system.toPlainText(), "theme": self.theme.currentText()}
+        for key, w in self.fields.items():
+            v[key] = w.value()
+        return v
+
+    def apply(self) -> tuple[bool, bool]:
+        """Store the values; returns (models must be reloaded, theme changed)."""
+        new = self.values()
+        reload = any(new[k] != self.settings[k] for k in RELOAD_KEYS)
+        theme = new["theme"] != self.settings["theme"]
+        self.settings.update(new)
+        self.settings.save()
+        return reload, theme
