@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from importlib import resources
 
@@ -34,20 +35,88 @@ def apply_theme(app, theme: str = "system") -> None:
                          .replace("@BUBBLE_MODEL@", "#26272a" if dark else "#ffffff"))
 
 
+def app_icon():
+    from PySide6.QtGui import QIcon
+
+    icon = QIcon()
+    icons = resources.files("resources").joinpath("icons")
+    for size in (16, 24, 32, 48, 64, 128, 256, 512):
+        icon.addFile(str(icons.joinpath(f"tandem-{size}.png")))
+    return icon
+
+
+def show_previous_crash(parent, text: str) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    from .diagnostics import crash_path
+
+    box = QMessageBox(QMessageBox.Warning, "Tandem closed unexpectedly",
+                      "Tandem stopped unexpectedly last time (a crash inside the native engine). "
+                      "Your conversations were saved as they streamed.\n\n"
+                      f"The crash report was kept in {crash_path().with_suffix('.previous.log')}.",
+                      QMessageBox.Ok, parent)
+    box.setDetailedText(text)
+    box.exec()
+
+
+def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
+    """For bundle checks: wait for the models, send one prompt, print the reply's numbers, quit."""
+    import time
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    t0 = time.monotonic()
+    state = {"sent": False}
+
+    def tick():
+        app = QApplication.instance()
+        if time.monotonic() - t0 > timeout_s:
+            print("smoke test: timed out", flush=True)
+            app.exit(1)
+        elif win.model_info is None:
+            return
+        elif not state["sent"]:
+            win.input.setPlainText(prompt)
+            win.send()
+            state["sent"] = True
+        elif win._active is None:
+            reply = win._message_widgets()[-1]
+            print(f"smoke test: reply of {len(reply.text)} characters; {reply.footer.text()}", flush=True)
+            win.close()
+            app.exit(0 if reply.text and reply.stats else 1)
+
+    timer = QTimer(win)
+    timer.timeout.connect(tick)
+    timer.start(100)
+
+
 def run_gui(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="tandem", description="Tandem desktop app")
     ap.add_argument("--model", "-m", help="Gemma 4 target GGUF to load")
     ap.add_argument("--drafter", "-d", help="its MTP drafter GGUF")
+    ap.add_argument("--smoke-test", metavar="PROMPT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from .diagnostics import (enable_fault_handler, install_excepthook, previous_native_crash, qt_error_dialog,
+                              setup_logging)
     from .settings import Settings
     from .window import MainWindow
+
+    log_file = setup_logging()
+    crashed = previous_native_crash()
+    enable_fault_handler()
+    install_excepthook(qt_error_dialog)
+    logging.getLogger("tandem").info("starting Tandem %s, log at %s", __import__("engine").__version__, log_file)
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Tandem")
     app.setOrganizationName("Tandem")
+    app.setDesktopFileName("io.github.tandem_chat.Tandem")
+    app.setWindowIcon(app_icon())
     settings = Settings()
     if args.model:
         settings["target"] = args.model
@@ -55,4 +124,10 @@ def run_gui(argv: list[str]) -> int:
     apply_theme(app, settings["theme"])
     win = MainWindow(settings)
     win.show()
+    if args.smoke_test:
+        run_smoke_test(win, args.smoke_test)
+    elif crashed:
+        QTimer.singleShot(0, lambda: show_previous_crash(win, crashed))
+    if not settings["target"] and not args.smoke_test:
+        QTimer.singleShot(0, win.show_welcome)  # first run: nothing to chat with yet
     return app.exec()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-ENGINE_COMMANDS = {"generate", "bench", "make-test-models"}
+ENGINE_COMMANDS = {"generate", "bench", "make-test-models", "models"}
 
 
 def main(argv=None) -> int:

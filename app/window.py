@@ -141,6 +141,7 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&File")
         for text, slot, key in (("New chat", self.new_conversation, QKeySequence.New),
                                 ("Load model…", self.choose_models, QKeySequence.Open),
+                                ("Download models…", self.show_welcome, None),
                                 ("Export chat as Markdown…", lambda: self.export("md"), None),
                                 ("Export chat as JSON…", lambda: self.export("json"), None),
                                 ("Settings…", self.open_settings, QKeySequence.Preferences),
@@ -150,6 +151,10 @@ class MainWindow(QMainWindow):
                 act.setShortcut(key)
             act.triggered.connect(slot)
             menu.addAction(act)
+        help_menu = self.menuBar().addMenu("&Help")
+        about = QAction("About Tandem", self)
+        about.triggered.connect(self.show_about)
+        help_menu.addAction(about)
         self.statusBar().showMessage("Ready")
 
     def _start_worker(self):
@@ -176,6 +181,36 @@ class MainWindow(QMainWindow):
         drafter, _ = QFileDialog.getOpenFileName(self, "Choose its MTP drafter (optional; Cancel for none)",
                                                  str(Path(target).parent), "GGUF models (*.gguf)")
         self.load_models(target, drafter)
+
+    def about_text(self) -> str:
+        import engine
+        from engine.llama import supports_gpu_offload, system_info, version
+
+        from .diagnostics import log_path
+
+        return (f"<h3>Tandem {engine.__version__}</h3>"
+                f"<p>Local Gemma 4 chat with MTP speculative decoding.</p>"
+                f"<p>llama-cpp-python {version()} · GPU offload: "
+                f"{'yes' if supports_gpu_offload() else 'no (CPU build)'}<br>"
+                f"<small>{system_info()}</small></p><p>Log: {log_path()}</p>")
+
+    def show_about(self):
+        QMessageBox.about(self, "About Tandem", self.about_text())
+
+    def show_welcome(self, downloader_args: dict | None = None) -> bool:
+        """The first-run flow: recommend, download (or pick local files), then load and chat."""
+        from .welcome import WelcomeDialog
+
+        dlg = WelcomeDialog(self, downloader_args)
+        if dlg.exec() != WelcomeDialog.Accepted or not dlg.chosen:
+            return False
+        target, drafter, draft_max = dlg.chosen
+        self.settings["draft_max"] = draft_max
+        self.settings["use_mtp"] = bool(drafter)
+        self.draft_spin.setValue(draft_max)
+        self.mtp_switch.setChecked(bool(drafter))
+        self.load_models(target, drafter)
+        return True
 
     def load_models(self, target: str, drafter: str = ""):
         if self._active:

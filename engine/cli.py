@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--draft-max", type=_positive(), nargs="+", default=[1, 2, 3, 4])
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
 
+    mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
+    msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
+    msub.add_parser("list", help="the catalog, what fits this machine, and your models")
+    d = msub.add_parser("download", help="download a Gemma 4 model and its MTP drafter")
+    d.add_argument("name", help="a name from `tandem models list`, e.g. gemma-4-e4b")
+    d.add_argument("--quant", default="Q4_K_M", help="quantization (default Q4_K_M)")
+    d.add_argument("--dir", help="download into this folder instead of the Hugging Face cache")
+    i = msub.add_parser("import", help="add GGUF files from disk (finds the matching drafter)")
+    i.add_argument("path", help="a target GGUF, or a folder of them")
+    msub.add_parser("verify", help="check that your models are present and pair")
+
     m = sub.add_parser("make-test-models", help="write a synthetic Gemma 4 target + MTP drafter")
     m.add_argument("outdir")
     m.add_argument("--size", choices=["tiny", "e2b"], default="tiny")
@@ -146,13 +157,29 @@ def cmd_bench(args) -> int:
         res = run_bench(engine, prompts, args.draft_max, args.max_tokens,
                         progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True))
         print("\r", end="", file=sys.stderr)
+        res["memory"] = _peak_memory(engine)
         print(format_table(res))
+        m = res["memory"]
+        if m["peak_rss_mib"]:
+            print(f"\npeak memory {m['peak_rss_mib']:.0f} MiB = model files {m['files_mib']:.0f} MiB "
+                  f"+ {m['peak_rss_mib'] - m['files_mib']:.0f} MiB (KV cache, compute buffers, Python)")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(res, f, indent=2)
     finally:
         engine.close()
     return 0
+
+
+def _peak_memory(engine) -> dict:
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    except (ImportError, OSError):
+        peak = 0.0
+    files = engine.rt.target_info.file_size + (engine.rt.drafter_info.file_size if engine.rt.drafter_info else 0)
+    return {"peak_rss_mib": peak, "files_mib": files / 2**20}
 
 
 def cmd_make_test_models(args) -> int:
@@ -163,7 +190,14 @@ def cmd_make_test_models(args) -> int:
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "make-test-models": cmd_make_test_models}
+def cmd_models(args) -> int:
+    from . import models_cli
+
+    return models_cli.run(args)
+
+
+COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "make-test-models": cmd_make_test_models,
+            "models": cmd_models}
 
 
 def main(argv=None) -> int:

@@ -166,9 +166,6 @@ class Engine:
         text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
         return self.tokenize(text, add_special=False, parse_special=True)
 
-    def fits(self, messages: list[dict], config: GenerationConfig, enable_thinking=False) -> bool:
-        return len(self.format_chat(messages, enable_thinking)) + 1 < self.n_ctx
-
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False) -> list[dict]:
         """Remove the oldest user/assistant exchanges (keeping a system message and the last
         user message) until the prompt leaves room to answer; what a user accepts when told

@@ -32,6 +32,8 @@ if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   CMAKE_ARGS="$flags" .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir \
     --no-binary llama-cpp-python -w "$wheels" "llama-cpp-python==$LLAMA_VERSION"
 fi
-.venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
+wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
+.venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel"
+echo "$wheel" > .venv/llama-wheel.txt  # for packaging/check-wheel.sh
 .venv/bin/python -m pip install -q -e ".$extras"
 echo "Tandem installed: run .venv/bin/tandem"

@@ -234,3 +234,42 @@ def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
     qtbot.waitUntil(lambda: win.model_info is not None, timeout=TIMEOUT)
     assert win.model_info["n_ctx"] == 2048 and not win.model_info["has_mtp"]
     assert win._history()[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_markdown_code_blocks_copy_and_thinking(qtbot):
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QGuiApplication
+
+    from app.widgets import MessageWidget
+
+    w = MessageWidget("assistant", 1)
+    qtbot.addWidget(w)
+    text = ("Here is **bold** and a list:\n\n- one\n- two\n\n```python\ndef add(a, b):\n"
+            "    return a + b  # " + "x" * 200 + "\n```\n\n<img src=x onerror=alert(1)> done")
+    w.set_content(text, thinking="I should write a function.")
+    html = w.body.toHtml()
+    assert "copy:0" in html and "def" in html and "<b>" not in text
+    assert "font-weight" in html  # bold and highlighted keywords
+    assert "<img" not in html.lower()  # raw HTML from the model is not rendered
+    assert "&lt;img" in html or "img src" in w.body.toPlainText()
+    assert w._code_blocks == ["def add(a, b):\n    return a + b  # " + "x" * 200]
+    copied = []
+    w.copy_requested.connect(copied.append)
+    w._anchor(QUrl("copy:0"))
+    assert copied == [w._code_blocks[0]]
+    # the thinking part is there, collapsed until asked for
+    assert w.think_toggle.isVisibleTo(w) and not w.think_view.isVisibleTo(w)
+    w.think_toggle.click()
+    assert w.think_view.isVisibleTo(w) and "function" in w.think_view.text()
+    QGuiApplication.clipboard()  # clipboard exists offscreen
+
+
+def test_export_markdown_and_json(qtbot, win):
+    import json
+
+    send(qtbot, win, "export me")
+    md = win.store.export_markdown(win.conversation_id)
+    js = json.loads(win.store.export_json(win.conversation_id))
+    assert "**You:**" in md and "export me" in md and "tok/s" in md
+    assert [m["role"] for m in js["messages"]] == ["user", "assistant"]
+    assert js["messages"][1]["stats"]["mode"] == "mtp"

@@ -1,0 +1,241 @@
+"""First run: recommend a Gemma 4 pair that fits, download it with progress, or use local files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
+                               QPushButton, QVBoxLayout)
+
+from engine.catalog import DEFAULT_QUANT, check_fit, load_catalog, recommend
+from engine.download import Downloader, DownloadCancelled, Progress
+from engine.errors import TandemError
+from engine.library import Library
+from engine.pairing import find_drafter
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n < 1e9 else f"{n / 1e9:,.2f} GB"
+
+
+class _DownloadWorker(QObject):
+    progress = Signal(dict)
+    finished = Signal(str, str)
+    failed = Signal(str, bool)  # message, cancelled
+
+    def __init__(self, downloader: Downloader, model, quant):
+        super().__init__()
+        self.downloader, self.model, self.quant = downloader, model, quant
+
+    @Slot()
+    def run(self):
+        def report(p: Progress):
+            self.progress.emit({"label": p.label, "file": p.filename, "done": p.done, "total": p.total,
+                                "speed": p.speed, "eta": p.eta_s})
+        try:
+            t, d = self.downloader.download_pair(self.model, self.quant, report)
+        except DownloadCancelled as e:
+            self.failed.emit(str(e), True)
+            return
+        except (TandemError, OSError) as e:
+            self.failed.emit(str(e), False)
+            return
+        self.finished.emit(str(t), str(d))
+
+
+class DownloadDialog(QDialog):
+    """Progress of the target and the drafter: bytes, speed and time left; Cancel resumes later."""
+
+    def __init__(self, downloader: Downloader, model, quant: str, library: Library, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle(f"Downloading {model.title}")
+        self.setMinimumWidth(560)
+        self.model, self.library = model, library
+        self.result_paths: tuple[str, str] | None = None
+        self.error: str | None = None
+        lay = QVBoxLayout(self)
+        self.bars, self.labels = {}, {}
+        for label, title in (("target", f"{model.title} {quant}"), ("drafter", "MTP drafter")):
+            lay.addWidget(QLabel(f"<b>{title}</b>"))
+            bar = QProgressBar()
+            bar.setRange(0, 1000)
+            lab = QLabel("waiting…")
+            lab.setStyleSheet("color: gray")
+            lay.addWidget(bar)
+            lay.addWidget(lab)
+            self.bars[label], self.labels[label] = bar, lab
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        lay.addWidget(self.status)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.clicked.connect(self.cancel)
+        row.addWidget(self.cancel_btn)
+        lay.addLayout(row)
+
+        self.downloader = downloader
+        self.thread = QThread(self)
+        self.worker = _DownloadWorker(downloader, model, quant)
+        self.worker.moveToThread(self.thread)
+        self.thread.started.connect(self.worker.run)
+        self.worker.progress.connect(self._on_progress)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+
+    def start(self):
+        self.thread.start()
+
+    def cancel(self):
+        self.downloader.cancel()
+        self.cancel_btn.setEnabled(False)
+        self.status.setText("Cancelling… (the partial file is kept; the download resumes next time)")
+
+    def _on_progress(self, p: dict):
+        self.bars[p["label"]].setValue(int(1000 * p["done"] / max(1, p["total"])))
+        eta = f" · {p['eta']:.0f} s left" if p["eta"] is not None else ""
+        self.labels[p["label"]].setText(
+            f"{_mb(p['done'])} of {_mb(p['total'])} · {p['speed'] / 1e6:.1f} MB/s{eta} · {Path(p['file']).name}")
+
+    def _on_finished(self, target: str, drafter: str):
+        self._stop_thread()
+        self.result_paths = (target, drafter)
+        self.library.add(self.model.name, target, drafter, "download")
+        self.accept()
+
+    def _on_failed(self, message: str, cancelled: bool):
+        self._stop_thread()
+        self.error = message
+        self.status.setText(("Cancelled. " if cancelled else "Download failed: ") + message)
+        self.cancel_btn.setText("Close")
+        self.cancel_btn.setEnabled(True)
+        self.cancel_btn.clicked.disconnect()
+        self.cancel_btn.clicked.connect(self.reject)
+
+    def _stop_thread(self):
+        self.thread.quit()
+        self.thread.wait(5000)
+
+    def closeEvent(self, e):
+        if self.thread.isRunning():
+            self.downloader.cancel()
+            self._stop_thread()
+        super().closeEvent(e)
+
+
+class WelcomeDialog(QDialog):
+    """Shown when no model is configured: pick (or accept) a recommended pair and get it."""
+
+    def __init__(self, parent=None, downloader_args: dict | None = None, library: Library | None = None,
+                 budget: tuple[int, str, str] | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Welcome to Tandem")
+        self.setMinimumWidth(620)
+        self.downloader_args = dict(downloader_args or {})
+        self.library = library or Library()
+        self.catalog = load_catalog()
+        if budget is None:
+            from engine.hardware import memory_budget
+
+            budget = memory_budget()
+        self.budget, self.device, desc = budget
+        self.chosen: tuple[str, str, int] | None = None  # (target, drafter, draft_max)
+
+        lay = QVBoxLayout(self)
+        lay.addWidget(QLabel("<h2>Welcome to Tandem</h2>"
+                             "<p>Tandem runs Google's Gemma 4 on this computer, offline, with its MTP drafter "
+                             "for faster answers. Let's get a model.</p>"))
+        lay.addWidget(QLabel(f"<b>This machine:</b> {desc}"))
+        rec = recommend(self.budget, self.device)
+        row = QHBoxLayout()
+        self.model_box = QComboBox()
+        for m in self.catalog:
+            self.model_box.addItem(f"{m.title} — {m.summary}", m.name)
+        self.model_box.setCurrentIndex([m.name for m in self.catalog].index(rec.model.name))
+        self.quant_box = QComboBox()
+        row.addWidget(self.model_box, 1)
+        row.addWidget(self.quant_box)
+        lay.addLayout(row)
+        self.fit_label = QLabel()
+        self.fit_label.setWordWrap(True)
+        lay.addWidget(self.fit_label)
+        folder_row = QHBoxLayout()
+        self.folder_label = QLabel("Save to: the Hugging Face cache")
+        change = QPushButton("Change…")
+        change.clicked.connect(self._choose_folder)
+        folder_row.addWidget(self.folder_label, 1)
+        folder_row.addWidget(change)
+        lay.addLayout(folder_row)
+        buttons = QHBoxLayout()
+        self.local_btn = QPushButton("Use files on this computer…")
+        self.local_btn.clicked.connect(self.use_local)
+        later = QPushButton("Not now")
+        later.clicked.connect(self.reject)
+        self.download_btn = QPushButton("Download and start")
+        self.download_btn.setDefault(True)
+        self.download_btn.clicked.connect(self.download)
+        buttons.addWidget(self.local_btn)
+        buttons.addStretch(1)
+        buttons.addWidget(later)
+        buttons.addWidget(self.download_btn)
+        lay.addLayout(buttons)
+        self.model_box.currentIndexChanged.connect(self._model_changed)
+        self.quant_box.currentIndexChanged.connect(self._update_fit)
+        self._model_changed()
+
+    def current_model(self):
+        return self.catalog[self.model_box.currentIndex()]
+
+    def _model_changed(self, *_):
+        m = self.current_model()
+        self.quant_box.blockSignals(True)
+        self.quant_box.clear()
+        self.quant_box.addItems(list(m.quants))
+        self.quant_box.setCurrentText(DEFAULT_QUANT)
+        self.quant_box.blockSignals(False)
+        self._update_fit()
+
+    def _update_fit(self, *_):
+        fit = check_fit(self.current_model(), self.quant_box.currentText(), self.budget, self.device)
+        color = "#b3261e" if fit.spills else "#2e7d32"
+        self.fit_label.setText(f"<span style='color:{color}'>{fit.explain()}.</span> "
+                               f"Download: about {_mb(fit.model.quants[fit.quant] + fit.model.drafter_bytes)}.")
+
+    def _choose_folder(self):
+        d = QFileDialog.getExistingDirectory(self, "Download models to")
+        if d:
+            self.downloader_args["folder"] = d
+            self.folder_label.setText(f"Save to: {d}")
+
+    def download(self):
+        m, quant = self.current_model(), self.quant_box.currentText()
+        fit = check_fit(m, quant, self.budget, self.device)
+        if fit.spills and QMessageBox.question(self, "Model may not fit", fit.explain() + ".\n\nDownload anyway?") \
+                != QMessageBox.Yes:
+            return
+        self.download_dialog = DownloadDialog(Downloader(**self.downloader_args), m, quant, self.library, self)
+        self.download_dialog.start()
+        if self.download_dialog.exec() == QDialog.Accepted:
+            t, d = self.download_dialog.result_paths
+            self.chosen = (t, d, m.draft_max)
+            self.accept()
+
+    def use_local(self):
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a Gemma 4 GGUF", "", "GGUF models (*.gguf)")
+        if path:
+            self.use_local_file(path)
+
+    def use_local_file(self, path: str) -> None:
+        try:
+            drafter, reasons = find_drafter(path)
+        except TandemError as e:
+            QMessageBox.warning(self, "Cannot use this file", str(e))
+            return
+        if drafter is None:
+            why = "\n".join(reasons) or "no other GGUF files next to it"
+            QMessageBox.information(self, "No MTP drafter found",
+                                    f"Tandem will run without the drafter (no speed-up).\n\nWhy: {why}")
+        self.library.add(Path(path).stem, path, drafter, "import")
+        self.chosen = (path, str(drafter) if drafter else "", 3)
+        self.accept()

@@ -1,0 +1,302 @@
+"""Downloading a Gemma 4 pair from the Hugging Face Hub with huggingface_hub.
+
+File names are resolved from each repository's file list; progress (bytes, speed, time
+left) is reported through a callback; a download can be cancelled from another thread and
+resumes from its partial file later; free disk space is checked before starting and the
+size and SHA-256 are verified afterwards. HF_HUB_OFFLINE is honoured.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from .catalog import CatalogModel
+from .errors import TandemError
+from .gguf_info import DRAFTER_ARCH, TARGET_ARCH, read_gguf_info
+
+DISK_MARGIN = 512 * 2**20  # keep this much free after a download
+
+
+class DownloadError(TandemError):
+    pass
+
+
+class DownloadCancelled(DownloadError):
+    pass
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    repo: str
+    path: str
+    size: int
+    sha256: str | None
+
+
+@dataclass
+class Progress:
+    label: str  # "target" or "drafter"
+    filename: str
+    done: int
+    total: int
+    speed: float  # bytes/s, smoothed
+    eta_s: float | None
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 0.0
+
+
+def offline_mode() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_error(e: Exception, repo: str) -> DownloadError:
+    """Turn huggingface_hub's exceptions into one line a user can act on."""
+    from huggingface_hub import errors
+
+    if isinstance(e, errors.GatedRepoError):
+        return DownloadError(
+            f"{repo} is gated: accept its licence on huggingface.co, then log in with "
+            "`hf auth login` (or set HF_TOKEN) and try again")
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return DownloadError(f"{repo} was not found on the Hub (or it is private and no token is set)")
+    if isinstance(e, errors.RemoteEntryNotFoundError):
+        return DownloadError(f"a file is missing from {repo}: {e}")
+    if isinstance(e, errors.OfflineModeIsEnabled) or isinstance(e, errors.LocalEntryNotFoundError):
+        return DownloadError("offline (HF_HUB_OFFLINE is set, or the Hub cannot be reached) and the "
+                             "file is not in the local cache")
+    if isinstance(e, errors.HfHubHTTPError):
+        code = getattr(getattr(e, "response", None), "status_code", None)
+        if code == 401:
+            return DownloadError(f"{repo} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN")
+        return DownloadError(f"the Hub refused the request for {repo} ({code}): {str(e).splitlines()[0]}")
+    return DownloadError(f"download from {repo} failed: {type(e).__name__}: {e}")
+
+
+class Downloader:
+    def __init__(self, endpoint: str | None = None, token: str | None = None, folder: str | Path | None = None,
+                 cache_dir: str | Path | None = None):
+        self.endpoint = endpoint
+        self.token = token
+        self.folder = Path(folder) if folder else None  # None = the Hugging Face cache
+        self.cache_dir = str(cache_dir) if cache_dir else None
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    # ---- resolving names -------------------------------------------------------------
+    def list_files(self, repo: str) -> list[RemoteFile]:
+        from huggingface_hub import HfApi
+
+        if offline_mode():
+            raise DownloadError("offline: HF_HUB_OFFLINE is set, so the Hub's file list cannot be read")
+        try:
+            api = HfApi(endpoint=self.endpoint, token=self.token)
+            out = []
+            for f in api.list_repo_tree(repo, recursive=True):
+                if getattr(f, "size", None) is None:
+                    continue  # a folder
+                sha = f.lfs.sha256 if getattr(f, "lfs", None) else None
+                out.append(RemoteFile(repo, f.path, int(f.size), sha))
+            return out
+        except Exception as e:
+            raise _hub_error(e, repo) from None
+
+    def resolve(self, model: CatalogModel, quant: str) -> tuple[RemoteFile, RemoteFile]:
+        """Pick the target file for `quant` and the first drafter source that has a match."""
+        if quant not in model.quants:
+            raise DownloadError(f"{model.title} has no {quant} build here; choose one of {', '.join(model.quants)}")
+        listings = {model.target_repo: self.list_files(model.target_repo)}
+        target = self._match(listings[model.target_repo], model.target_glob(quant), exclude="mtp")
+        if target is None:
+            raise DownloadError(f"no file matching {model.target_glob(quant)} in {model.target_repo}")
+        for src in model.drafter_sources:
+            if src["repo"] not in listings:
+                try:
+                    listings[src["repo"]] = self.list_files(src["repo"])
+                except DownloadError:
+                    continue  # try the next source
+            d = self._match(listings[src["repo"]], src["pattern"])
+            if d is not None:
+                return target, d
+        raise DownloadError(f"no MTP drafter found for {model.title} in "
+                            + ", ".join(s["repo"] for s in model.drafter_sources))
+
+    @staticmethod
+    def _match(files: list[RemoteFile], pattern: str, exclude: str | None = None) -> RemoteFile | None:
+        hits = [f for f in files if fnmatch.fnmatch(f.path.lower(), pattern.lower())
+                and (exclude is None or exclude not in f.path.lower())]
+        # shortest name first: "model-Q4_K_M.gguf" before "model-Q4_K_M-00001-of-00002.gguf"
+        return min(hits, key=lambda f: (len(f.path), f.path)) if hits else None
+
+    # ---- downloading -----------------------------------------------------------------
+    def check_space(self, files: list[RemoteFile]) -> None:
+        where = self.folder or Path(self.cache_dir or _hf_cache())
+        probe = where
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        need = sum(f.size for f in files) + DISK_MARGIN
+        if need > free:
+            raise DownloadError(f"not enough disk space in {where}: need {need / 1e9:.2f} GB, "
+                                f"{free / 1e9:.2f} GB free")
+
+    def download(self, f: RemoteFile, label: str, on_progress: Callable[[Progress], None] | None = None) -> Path:
+        """Fetch one file with huggingface_hub's HTTP client, into a `.part` file that survives a
+        cancel, a dropped connection or a restart and is resumed with a ranged request.
+        (hf_hub_download deletes its partial file on any failure, so it cannot resume across
+        attempts.) The finished file goes into the Hugging Face cache layout, or the folder
+        the user chose."""
+        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils import build_hf_headers
+
+        self._cancel.clear()
+        if offline_mode():
+            try:
+                if self.folder:
+                    local = self.folder / f.path
+                    if local.exists():
+                        return local
+                    raise FileNotFoundError(local)
+                return Path(hf_hub_download(f.repo, f.path, cache_dir=self.cache_dir, local_files_only=True))
+            except Exception:
+                raise DownloadError(f"offline (HF_HUB_OFFLINE is set) and {f.path} is not downloaded yet") from None
+        # 1 MiB reads (the library's default is 10 MiB) keep progress and cancel responsive
+        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, 2**20)
+        try:
+            meta = get_hf_file_metadata(hf_hub_url(f.repo, f.path, endpoint=self.endpoint), token=self.token,
+                                        endpoint=self.endpoint)
+        except Exception as e:
+            raise _hub_error(e, f.repo) from None
+        size = meta.size if meta.size is not None else f.size
+        final, blob = self._destination(f, meta)
+        if final.exists() and final.stat().st_size == size:
+            return final
+        part = blob.with_name(blob.name + ".part")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        resume = part.stat().st_size if part.exists() else 0
+        if resume > size:
+            part.unlink()
+            resume = 0
+        tqdm_class = _progress_tqdm(label, replace(f, size=size), on_progress, self._cancel)
+        try:
+            with open(part, "ab") as fh:
+                if resume < size:
+                    http_get(meta.location, fh, resume_size=resume, headers=build_hf_headers(token=self.token),
+                             expected_size=size, tqdm_class=tqdm_class)
+        except DownloadCancelled:
+            raise
+        except Exception as e:
+            if self._cancel.is_set():
+                raise DownloadCancelled("download cancelled; it resumes where it stopped next time") from None
+            raise _hub_error(e, f.repo) from None
+        self.verify(part, replace(f, size=size))
+        os.replace(part, blob)
+        if final != blob:
+            self._link_into_cache(f, meta, blob, final)
+        return final
+
+    def _destination(self, f: RemoteFile, meta) -> tuple[Path, Path]:
+        """(the path the user gets, where the bytes are stored)."""
+        if self.folder:
+            p = self.folder / f.path
+            return p, p
+        from huggingface_hub.file_download import repo_folder_name
+
+        repo_dir = Path(self.cache_dir or _hf_cache()) / repo_folder_name(repo_id=f.repo, repo_type="model")
+        etag = (meta.etag or f.sha256 or "").strip('"')
+        if not etag or not meta.commit_hash:
+            raise DownloadError(f"the Hub sent no etag or commit for {f.path}")
+        return repo_dir / "snapshots" / meta.commit_hash / f.path, repo_dir / "blobs" / etag
+
+    @staticmethod
+    def _link_into_cache(f: RemoteFile, meta, blob: Path, pointer: Path) -> None:
+        """The Hugging Face cache layout: snapshots/<commit>/<file> -> blobs/<etag>, refs/main."""
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.unlink(missing_ok=True)
+        try:
+            pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+        except OSError:  # no symlinks (Windows without developer mode): keep the bytes there
+            os.replace(blob, pointer)
+        refs = blob.parent.parent / "refs"
+        refs.mkdir(exist_ok=True)
+        (refs / "main").write_text(meta.commit_hash)
+
+    def verify(self, path: Path, f: RemoteFile) -> None:
+        size = path.stat().st_size
+        if size != f.size:
+            raise DownloadError(f"{f.path}: size {size:,} bytes, expected {f.size:,}")
+        if f.sha256:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(8 * 2**20), b""):
+                    h.update(block)
+            if h.hexdigest() != f.sha256:
+                bad = path.resolve()
+                path.unlink(missing_ok=True)
+                if bad != path:
+                    bad.unlink(missing_ok=True)  # the blob behind the cache's symlink
+                raise DownloadError(f"{f.path}: checksum mismatch (the file was damaged in transit and "
+                                    "has been deleted; download it again)")
+
+    def download_pair(self, model: CatalogModel, quant: str,
+                      on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, Path]:
+        target, drafter = self.resolve(model, quant)
+        self.check_space([target, drafter])
+        t = self.download(target, "target", on_progress)
+        d = self.download(drafter, "drafter", on_progress)
+        # Confirm from the headers what the files really are.
+        ti, di = read_gguf_info(t), read_gguf_info(d)
+        if ti.arch != TARGET_ARCH:
+            raise DownloadError(f"{t.name} is a '{ti.arch}' model, not Gemma 4 ('{TARGET_ARCH}')")
+        if di.arch != DRAFTER_ARCH:
+            raise DownloadError(f"{d.name} is '{di.arch}', not an MTP drafter ('{DRAFTER_ARCH}')")
+        return t, d
+
+
+def _hf_cache() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
+def _progress_tqdm(label: str, f: RemoteFile, on_progress, cancel: threading.Event):
+    """A tqdm stand-in handed to huggingface_hub: reports progress and aborts on cancel."""
+    from tqdm.auto import tqdm as base
+
+    class ProgressBar(base):
+        def __init__(self, *a, **k):
+            k["disable"] = True  # no terminal output of its own
+            super().__init__(*a, **k)
+            self._t0 = time.monotonic()
+            self._last = (self._t0, 0)
+            self._speed = 0.0
+            self._done = int(k.get("initial") or 0)
+
+        def update(self, n=1):
+            if cancel.is_set():
+                raise DownloadCancelled("download cancelled; it resumes where it stopped next time")
+            self._done += int(n or 0)
+            now = time.monotonic()
+            t_last, d_last = self._last
+            if now - t_last >= 0.25 or self._done >= f.size:
+                inst = (self._done - d_last) / max(now - t_last, 1e-6)
+                self._speed = inst if self._speed == 0 else 0.7 * self._speed + 0.3 * inst
+                self._last = (now, self._done)
+                eta = (f.size - self._done) / self._speed if self._speed > 0 else None
+                if on_progress:
+                    on_progress(Progress(label, f.path, self._done, f.size, self._speed, eta))
+            return super().update(n)
+
+    return ProgressBar

@@ -1,0 +1,214 @@
+"""Downloads through huggingface_hub against a real local HTTP stand-in for the Hub."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.catalog import find
+from engine.download import Downloader, DownloadCancelled, DownloadError, RemoteFile
+
+from .hubserver import Hub
+
+REPO = "ggml-org/gemma-4-E2B-it-GGUF"
+TARGET = "gemma-4-E2B-it-Q4_K_M.gguf"
+DRAFTER = "MTP/gemma-4-E2B-it-MTP-Q8_0.gguf"
+
+
+@pytest.fixture
+def hub(tiny):
+    h = Hub()
+    h.add(REPO, TARGET, Path(tiny["target"]).read_bytes())
+    h.add(REPO, "gemma-4-E2B-it-Q8_0.gguf", Path(tiny["target"]).read_bytes())  # another quant
+    h.add(REPO, DRAFTER, Path(tiny[1.0]).read_bytes())
+    h.add(REPO, "README.md", b"# model card\n")
+    h.add("test/big", "blob.bin", os.urandom(6 * 2**20))
+    h.start()
+    yield h
+    h.stop()
+
+
+def dl(hub, tmp_path, **kw):
+    return Downloader(endpoint=hub.url, cache_dir=tmp_path / "hf-cache", **kw)
+
+
+def test_resolves_names_from_the_file_list_and_downloads_the_pair(hub, tmp_path, tiny):
+    events = []
+    t, d = dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M", events.append)
+    assert t.name == TARGET and d.name == Path(DRAFTER).name
+    assert t.read_bytes() == Path(tiny["target"]).read_bytes()
+    assert str(tmp_path / "hf-cache") in str(t)  # into the (given) Hugging Face cache
+    labels = {e.label for e in events}
+    assert labels == {"target", "drafter"}
+    for label in labels:
+        ev = [e for e in events if e.label == label]
+        assert [e.done for e in ev] == sorted(e.done for e in ev)  # monotonic
+        assert ev[-1].done == ev[-1].total and ev[-1].fraction == 1.0
+        assert ev[-1].speed > 0
+    methods = {(m, p.rsplit("/", 1)[-1]) for m, p, _ in hub.requests}
+    assert ("HEAD", TARGET) in methods and ("GET", TARGET) in methods
+
+
+def test_download_into_a_chosen_folder(hub, tmp_path):
+    t, d = Downloader(endpoint=hub.url, folder=tmp_path / "mine").download_pair(find("gemma-4-e2b"), "Q8_0")
+    assert t == tmp_path / "mine" / "gemma-4-E2B-it-Q8_0.gguf"
+    assert d == tmp_path / "mine" / DRAFTER
+
+
+def test_resumes_after_the_server_drops_the_connection(hub, tmp_path):
+    hub.drop_once.add(f"test/big/blob.bin")
+    f = RemoteFile("test/big", "blob.bin", len(hub.repos["test/big"]["blob.bin"]), None)
+    path = dl(hub, tmp_path).download(f, "target")
+    assert path.read_bytes() == hub.repos["test/big"]["blob.bin"]
+    ranges = [r for m, p, r in hub.requests if m == "GET" and p.endswith("blob.bin") and r]
+    assert ranges and int(ranges[0][6:].split("-")[0]) > 0  # it asked only for the missing part
+
+
+def test_cancel_then_resume_later(hub, tmp_path):
+    data = hub.repos["test/big"]["blob.bin"]
+    f = RemoteFile("test/big", "blob.bin", len(data), None)
+    hub.delay_per_chunk = 0.02
+    d = dl(hub, tmp_path)
+    seen = []
+
+    def on_progress(p):
+        seen.append(p.done)
+        if p.done >= 2**20:
+            d.cancel()
+
+    with pytest.raises(DownloadCancelled):
+        d.download(f, "target", on_progress)
+    assert seen and seen[-1] < len(data)
+    partial = list((tmp_path / "hf-cache").rglob("*.part"))
+    assert partial and 0 < partial[0].stat().st_size < len(data)
+    hub.delay_per_chunk = 0.0
+    path = dl(hub, tmp_path).download(f, "target")  # a new downloader, as after a restart
+    assert path.read_bytes() == data
+    ranges = [r for m, p, r in hub.requests if m == "GET" and p.endswith("blob.bin") and r]
+    assert ranges, "the second download should resume with a Range request"
+
+
+def test_refuses_when_the_disk_is_too_small(hub, tmp_path):
+    hub.fake_size[f"{REPO}/{TARGET}"] = 10**16  # 10 PB
+    with pytest.raises(DownloadError, match="not enough disk space"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    assert not [p for m, p, _ in hub.requests if m == "GET" and p.endswith(".gguf")]
+
+
+def test_detects_a_corrupted_file(hub, tmp_path):
+    hub.corrupt.add(f"{REPO}/{TARGET}")
+    with pytest.raises(DownloadError, match="checksum mismatch"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    assert not [p for p in (tmp_path / "hf-cache").rglob(TARGET) if p.exists()]
+
+
+def test_gated_and_missing_repos_get_clear_errors(hub, tmp_path):
+    hub.gated.add(REPO)
+    with pytest.raises(DownloadError, match="gated.*hf auth login"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    with pytest.raises(DownloadError, match="not found"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e4b"), "Q4_K_M")
+    with pytest.raises(DownloadError, match="no Q3 build"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q3")
+
+
+def test_offline_mode_uses_the_cache_and_refuses_the_network(hub, tmp_path, monkeypatch):
+    f = RemoteFile("test/big", "blob.bin", len(hub.repos["test/big"]["blob.bin"]), None)
+    dl(hub, tmp_path).download(f, "target")
+    n = len(hub.requests)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = dl(hub, tmp_path).download(f, "target")  # from the cache, no request
+    assert path.exists() and len(hub.requests) == n
+    with pytest.raises(DownloadError, match="offline"):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    other = RemoteFile(REPO, TARGET, 1, None)
+    with pytest.raises(DownloadError, match="offline"):
+        dl(hub, tmp_path).download(other, "target")
+    assert len(hub.requests) == n
+
+
+def test_cli_models_download_import_verify(hub, tmp_path):
+    env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+               TANDEM_DATA_DIR=str(tmp_path / "data"))
+
+    def tandem(*args):
+        return subprocess.run([sys.executable, "-m", "app.main", "models", *map(str, args)],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    r = tandem("download", "gemma-4-e2b", "--quant", "Q4_K_M")
+    assert r.returncode == 0, r.stderr
+    assert "target" in r.stderr and "100.0%" in r.stderr and "MB/s" in r.stderr
+    r = tandem("verify")
+    assert r.returncode == 0 and "ok" in r.stdout.lower()
+    r = tandem("list")
+    assert "gemma-4-e2b" in r.stdout and "downloaded" in r.stdout
+    r = tandem("download", "gemma-4-nope")
+    assert r.returncode == 2 and "unknown model" in r.stderr
+
+
+def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkeypatch):
+    from engine.library import Library
+
+    from app.settings import Settings
+    from app.store import Store
+    from app.welcome import DownloadDialog, WelcomeDialog
+    from app.window import MainWindow
+
+    win = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"))
+    qtbot.addWidget(win)
+    assert win.model_info is None  # first run: nothing configured
+    lib = Library(tmp_path / "models.json")
+    args = {"endpoint": hub.url, "cache_dir": tmp_path / "hf-cache"}
+    dlg = WelcomeDialog(win, args, lib, budget=(8 * 10**9, "GPU", "test GPU: 8 GB free"))
+    qtbot.addWidget(dlg)
+    # 8 GB: E4B Q4_K_M (5.0 GB + drafter + KV) fits, the 12B does not
+    assert dlg.current_model().name == "gemma-4-e4b"
+    assert "does not fit" not in dlg.fit_label.text()
+    dlg.model_box.setCurrentIndex(2)  # 12B: shows that it would spill
+    assert "does not fit" in dlg.fit_label.text()
+    dlg.model_box.setCurrentIndex(0)  # E2B, which the stand-in hub serves
+    monkeypatch.setattr(DownloadDialog, "exec", lambda self: qtbot.waitUntil(
+        lambda: self.result_paths is not None or self.error is not None, timeout=20000) or
+        (DownloadDialog.Accepted if self.result_paths else DownloadDialog.Rejected))
+    dlg.download()
+    assert dlg.chosen and dlg.chosen[0].endswith(TARGET) and dlg.chosen[2] == 2
+    bars = dlg.download_dialog.bars
+    assert bars["target"].value() == 1000 and bars["drafter"].value() == 1000
+    assert "MB/s" in dlg.download_dialog.labels["target"].text()
+    assert lib.entries()[0].name == "gemma-4-e2b"
+    # the window then loads the pair and chats with MTP on
+    t, d, k = dlg.chosen
+    win.load_models(t, d)
+    qtbot.waitUntil(lambda: win.model_info is not None, timeout=20000)
+    assert win.model_info["has_mtp"]
+    win.input.setPlainText("hello")
+    win.send()
+    qtbot.waitUntil(lambda: win._active is None, timeout=20000)
+    assert win._message_widgets()[-1].stats["mode"] == "mtp"
+    win.close()
+
+
+def test_download_dialog_cancel(qtbot, hub, tmp_path):
+    from engine.library import Library
+
+    from app.welcome import DownloadDialog
+
+    hub.delay_per_chunk = 0.05
+    hub.add(REPO, "gemma-4-E2B-it-Q5_K_M.gguf", os.urandom(4 * 2**20))
+    model = find("gemma-4-e2b")
+    model = type(model)(**{**model.__dict__, "quants": {"Q5_K_M": 4 * 2**20}})
+    dlg = DownloadDialog(Downloader(endpoint=hub.url, cache_dir=tmp_path / "c"), model, "Q5_K_M",
+                         Library(tmp_path / "m.json"))
+    qtbot.addWidget(dlg)
+    dlg.show()
+    dlg.start()
+    qtbot.waitUntil(lambda: dlg.bars["target"].value() > 0, timeout=20000)
+    dlg.cancel()
+    qtbot.waitUntil(lambda: dlg.error is not None, timeout=20000)
+    assert "Cancelled" in dlg.status.text() and dlg.result_paths is None
+    assert not dlg.thread.isRunning()
