@@ -2,7 +2,7 @@
 
     xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots
 
-Writes chat.png, compare.png and origins.png. Uses a temporary settings file and chat
+Writes chat.png, compare.png, origins.png and welcome.png. Uses a temporary settings file and chat
 database, so your own conversations are not touched.
 """
 
@@ -68,6 +68,17 @@ def main(out: Path) -> int:
     page = win.compare_page
     wait(lambda: page.base.result is not None and page.mtp.result is not None)
     shot("compare.png")
+    win.stack.setCurrentIndex(0)
+
+    from app.welcome import WelcomeDialog
+
+    welcome = WelcomeDialog(win)
+    welcome.show()
+    wait(lambda: True)
+    pix = welcome.screen().grabWindow(welcome.winId())
+    (pix if not pix.isNull() and pix.width() > 10 else welcome.grab()).save(str(out / "welcome.png"))
+    print(out / "welcome.png")
+    welcome.close()
     win.close()
     return 0
 
