@@ -237,21 +237,7 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
         hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
         H, K = cfg.n_head, kv[i]
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(b + "attn_q.weight", _rand(rng, (hd * H, d), 1 / math.sqrt(d)))
-        if i < n_kv_from_start:
-            w.add_tensor(b + "attn_k.weight", _rand(rng, (hd * K, d), 1 / math.sqrt(d)))
-            w.add_tensor(b + "attn_v.weight", _rand(rng, (hd * K, d), 1 / math.sqrt(d)))
-            w.add_tensor(b + "attn_k_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(b + "attn_output.weight", _rand(rng, (d, hd * H), 1 / math.sqrt(hd * H)))
-        w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(b + "post_attention_norm.weight", np.full(d, a, np.float32))
-        w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
-        w.add_tensor(b + "ffn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(b + "ffn_gate.weight", _rand(rng, (cfg.n_ff, d), 1 / math.sqrt(d)))
-        w.add_tensor(b + "ffn_up.weight", _rand(rng, (cfg.n_ff, d), 1 / math.sqrt(d)))
-        w.add_tensor(b + "ffn_down.weight", _rand(rng, (d, cfg.n_ff), 1 / math.sqrt(cfg.n_ff)))
-        w.add_tensor(b + "post_ffw_norm.weight", np.full(d, a, np.float32))
+        _add_block(w, b, rng, d, hd, H, cfg.n_ff, a, kv_heads=K if i < n_kv_from_start else 0)
         if P:
             w.add_tensor(b + "inp_gate.weight", _rand(rng, (P, d), 1 / math.sqrt(d)))
             w.add_tensor(b + "proj.weight", _rand(rng, (d, P), 1 / math.sqrt(P)))
@@ -301,17 +287,7 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
         hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
         H = cfg.drafter_head
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", np.ones(A, np.float32))
-        w.add_tensor(b + "attn_q.weight", _rand(rng, (hd * H, A), 1 / math.sqrt(A)))
-        w.add_tensor(b + "attn_output.weight", _rand(rng, (A, hd * H), 1 / math.sqrt(hd * H)))
-        w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
-        w.add_tensor(b + "post_attention_norm.weight", np.full(A, ad, np.float32))
-        w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
-        w.add_tensor(b + "ffn_norm.weight", np.ones(A, np.float32))
-        w.add_tensor(b + "ffn_gate.weight", _rand(rng, (cfg.drafter_ff, A), 1 / math.sqrt(A)))
-        w.add_tensor(b + "ffn_up.weight", _rand(rng, (cfg.drafter_ff, A), 1 / math.sqrt(A)))
-        w.add_tensor(b + "ffn_down.weight", _rand(rng, (A, cfg.drafter_ff), 1 / math.sqrt(cfg.drafter_ff)))
-        w.add_tensor(b + "post_ffw_norm.weight", np.full(A, ad, np.float32))
+        _add_block(w, b, rng, A, hd, H, cfg.drafter_ff, ad)
     _finish(w)
 
 
@@ -327,6 +303,27 @@ def _half_matrices(w, ftype) -> None:
         return add(name, arr.astype(np.float16) if arr.ndim == 2 else arr, *a, **k)
 
     w.add_tensor = add_half
+
+
+def _add_block(w, b: str, rng, width: int, hd: int, heads: int, ff: int, post_scale, kv_heads: int = 0) -> None:
+    """One transformer block's tensors (Gemma 4 naming). Layers that own a KV cache get K and
+    V projections (kv_heads > 0); KV-sharing layers and the drafter's Q-only layers do not.
+    `post_scale` weights the post-norms: how far the block moves the residual stream."""
+    w.add_tensor(b + "attn_norm.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "attn_q.weight", _rand(rng, (hd * heads, width), 1 / math.sqrt(width)))
+    if kv_heads:
+        w.add_tensor(b + "attn_k.weight", _rand(rng, (hd * kv_heads, width), 1 / math.sqrt(width)))
+        w.add_tensor(b + "attn_v.weight", _rand(rng, (hd * kv_heads, width), 1 / math.sqrt(width)))
+        w.add_tensor(b + "attn_k_norm.weight", np.ones(hd, np.float32))
+    w.add_tensor(b + "attn_output.weight", _rand(rng, (width, hd * heads), 1 / math.sqrt(hd * heads)))
+    w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
+    w.add_tensor(b + "post_attention_norm.weight", np.full(width, post_scale, np.float32))
+    w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
+    w.add_tensor(b + "ffn_norm.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "ffn_gate.weight", _rand(rng, (ff, width), 1 / math.sqrt(width)))
+    w.add_tensor(b + "ffn_up.weight", _rand(rng, (ff, width), 1 / math.sqrt(width)))
+    w.add_tensor(b + "ffn_down.weight", _rand(rng, (width, ff), 1 / math.sqrt(ff)))
+    w.add_tensor(b + "post_ffw_norm.weight", np.full(width, post_scale, np.float32))
 
 
 def _finish(w) -> None:
