@@ -123,6 +123,11 @@ def run_gui(argv: list[str]) -> int:
         settings["drafter"] = args.drafter or ""
     apply_theme(app, settings["theme"])
     win = MainWindow(settings)
+    try:  # follow the desktop switching between light and dark while running (Qt >= 6.5)
+        app.styleHints().colorSchemeChanged.connect(lambda *_: win.settings["theme"] == "system" and (
+            apply_theme(app, "system"), [w.refresh() for w in win._message_widgets()]))
+    except AttributeError:
+        pass
     win.show()
     if args.smoke_test:
         run_smoke_test(win, args.smoke_test)

@@ -161,8 +161,9 @@ def cmd_bench(args) -> int:
         print(format_table(res))
         m = res["memory"]
         if m["peak_rss_mib"]:
-            print(f"\npeak memory {m['peak_rss_mib']:.0f} MiB = model files {m['files_mib']:.0f} MiB "
-                  f"+ {m['peak_rss_mib'] - m['files_mib']:.0f} MiB (KV cache, compute buffers, Python)")
+            print(f"\nmemory: peak {m['peak_rss_mib']:.0f} MiB resident; model files {m['files_mib']:.0f} MiB; "
+                  f"beyond the mapped files {m['anon_mib']:.0f} MiB (KV cache, compute buffers, "
+                  "weights repacked for the CPU, Python)")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(res, f, indent=2)
@@ -172,14 +173,20 @@ def cmd_bench(args) -> int:
 
 
 def _peak_memory(engine) -> dict:
+    """Peak resident memory, and the part of it that is not the mapped model files (KV cache,
+    compute buffers, weights repacked for the CPU, Python): Linux /proc figures."""
+    status = {}
     try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    except (ImportError, OSError):
-        peak = 0.0
+        with open("/proc/self/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmHWM", "RssAnon", "RssFile"):
+                    status[k] = int(v.split()[0]) / 1024  # kB -> MiB
+    except OSError:
+        pass
     files = engine.rt.target_info.file_size + (engine.rt.drafter_info.file_size if engine.rt.drafter_info else 0)
-    return {"peak_rss_mib": peak, "files_mib": files / 2**20}
+    return {"peak_rss_mib": status.get("VmHWM", 0.0), "anon_mib": status.get("RssAnon", 0.0),
+            "mapped_files_mib": status.get("RssFile", 0.0), "files_mib": files / 2**20}
 
 
 def cmd_make_test_models(args) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, MTPUnavailableError
 from .llama import lib
-from .runtime import LoadOptions, Runtime
+from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .strategies import make_strategy
@@ -192,6 +192,8 @@ class Engine:
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+        if not 1 <= config.draft_max < MAX_OUTPUTS:
+            raise ValueError(f"draft length must be between 1 and {MAX_OUTPUTS - 1}")
         if not prompt:
             raise ValueError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:

@@ -22,6 +22,7 @@ from .gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
+MAX_OUTPUTS = 16  # logits rows per batch; so the longest draft is 15 tokens
 
 
 def physical_cores() -> int:
@@ -194,6 +195,9 @@ def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
     p.swa_full = False
     p.embeddings = False
     p.no_perf = True
+    # At most MAX_OUTPUTS logits rows per batch (a verify step needs draft_max + 1). llama.cpp
+    # otherwise reserves logits for a whole ubatch: 512 x 262k floats = 512 MiB for Gemma.
+    p.n_outputs_max = MAX_OUTPUTS
     return p
 
 
@@ -269,6 +273,7 @@ class Runtime:
                 f"{di.path.name}: drafter (width {d_out}, vocab {d_vocab}) does not match "
                 f"target (width {self.n_embd}, vocab {self.n_vocab})")
         dp = _context_params(o, self.n_ctx, self.n_threads)
+        dp.n_batch = dp.n_ubatch = 1  # the drafter decodes one row at a time: tiny compute buffers
         dp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         dp.ctx_other = self.target_ctx
         dp.n_rs_seq = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import MAX_OUTPUTS
 from ..sampling import distribution, greedy_token, prob_of, sample_from, sample_residual
 from .base import DecodeState, DecodeStrategy, Step
 
@@ -35,7 +36,7 @@ class MTP(DecodeStrategy):
         rt, p = st.rt, st.params
         tgt, dr = rt.target, rt.drafter
         # the verify batch writes positions n_past .. n_past+k, which must fit the context
-        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, tgt.n_batch - 1))
+        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, tgt.n_batch - 1, MAX_OUTPUTS - 1))
         pos0 = st.n_past
 
         drafts: list[int] = []
