@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -96,6 +95,9 @@ class MainWindow(QMainWindow):
         self.origin_switch = QCheckBox("Token origins")
         self.origin_switch.setToolTip("Tint each token: green = drafted and accepted, orange = produced by the model itself")
         self.origin_switch.toggled.connect(self._toggle_origins)
+        self.origin_legend = QLabel("<span style='background:#b7ebc0'>&nbsp;drafted, accepted&nbsp;</span> "
+                                    "<span style='background:#ffe2b8'>&nbsp;model's own&nbsp;</span>")
+        self.origin_legend.hide()
         self.compare_btn = QPushButton("Compare")
         self.compare_btn.setToolTip("Send the prompt in the input box twice: baseline, then MTP, and compare")
         self.compare_btn.clicked.connect(self.compare)
@@ -104,7 +106,7 @@ class MainWindow(QMainWindow):
         for w in (self.model_label,):
             bar.addWidget(w, 1)
         for w in (self.load_btn, self.mtp_switch, self.draft_spin, self.think_switch, self.origin_switch,
-                  self.compare_btn, self.settings_btn):
+                  self.origin_legend, self.compare_btn, self.settings_btn):
             bar.addWidget(w)
         rl.addLayout(bar)
 
@@ -221,7 +223,6 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Loading model…")
         spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
         spec.update(target=target, drafter=drafter)
-        self._pending_load = (target, drafter)
         self._load.emit(spec)
 
     def _on_load_progress(self, label, frac):
@@ -413,6 +414,7 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.scroll.verticalScrollBar().maximum()))
 
     def _toggle_origins(self, on):
+        self.origin_legend.setVisible(on)
         for w in self._message_widgets():
             w.show_origins = on
             w.refresh()
@@ -533,6 +535,11 @@ class MainWindow(QMainWindow):
 
     def _next_compare(self):
         if not self._compare_queue:
+            if self._active and self._active.get("kind") == "compare":
+                self._active = None  # stopped before the first run began
+                self._update_controls()
+            if not (self.compare_page.base.result and self.compare_page.mtp.result):
+                self.compare_page.failed("stopped before both runs finished")
             return
         which, use_mtp = self._compare_queue.pop(0)
         self._rid += 1
@@ -590,10 +597,15 @@ class MainWindow(QMainWindow):
             self._compare_queue.clear()
             self.compare_page.failed(msg)
             return
-        # drop the empty reply placeholder; the user's message stays
-        self.store.delete_messages_from(a["cid"], a["mid"])
-        a["widget"].setParent(None)
-        a["widget"].deleteLater()
+        w = a["widget"]
+        if w.text:  # an error mid-reply: keep what was written
+            stats = {"footer": "stopped by an error", "finish_reason": "error"}
+            self.store.update_message(a["mid"], w.text, w.thinking, stats, w.origins)
+            w.set_stats(stats)
+        else:  # drop the empty reply placeholder; the user's message stays
+            self.store.delete_messages_from(a["cid"], a["mid"])
+            w.setParent(None)
+            w.deleteLater()
         self._mark_last()
         if self._closing:
             return
@@ -623,8 +635,3 @@ class MainWindow(QMainWindow):
         self.settings.save()
         self.store.close()
         super().closeEvent(e)
-
-
-def dump_state(win: MainWindow) -> str:
-    """For debugging and tests: the visible conversation as JSON."""
-    return json.dumps([{"role": w.role, "text": w.text, "stats": w.stats} for w in win._message_widgets()])

@@ -28,7 +28,6 @@ class EngineWorker(QObject):
     stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
     finished = Signal(int, dict)  # request id, {"answer", "thinking", "origins", "stats", "timeline", ...}
     failed = Signal(int, str, str)  # request id, kind ("overflow" | "error"), message
-    closed = Signal()
 
     def __init__(self):
         super().__init__()
@@ -102,7 +101,7 @@ class EngineWorker(QObject):
         except (TandemError, ValueError) as err:
             self.failed.emit(rid, "error", str(err))
             return
-        answer, thinking, origins, timeline, chart = [], [], [], [], []
+        answer, thinking, origins, timeline = [], [], [], []
         pending, last_emit = [], 0.0
         t0 = time.perf_counter()
         stats = None
@@ -119,9 +118,7 @@ class EngineWorker(QObject):
                 if ev.answer or ev.thinking:
                     timeline.append([now - t0, ev.answer, ev.thinking])
                 if now - last_emit >= EMIT_INTERVAL_S or ev.finish_reason:
-                    live = self._live(stats)
-                    chart.append([now - t0, live["decode_tps"] or 0.0])
-                    self.stream.emit(rid, pending, live)
+                    self.stream.emit(rid, pending, self._live(stats))
                     pending, last_emit = [], now
         except Exception as err:
             traceback.print_exc()
@@ -129,7 +126,7 @@ class EngineWorker(QObject):
             return
         self.finished.emit(rid, {
             "answer": "".join(answer), "thinking": "".join(thinking), "origins": origins,
-            "timeline": timeline, "chart": chart, "stats": self._live(stats) if stats else {},
+            "timeline": timeline, "stats": self._live(stats) if stats else {},
             "finish_reason": stats.finish_reason if stats else "error",
         })
 
@@ -142,7 +139,6 @@ class EngineWorker(QObject):
     @Slot()
     def shutdown(self) -> None:
         self._unload()
-        self.closed.emit()
 
     def _unload(self) -> None:
         if self.engine is not None:

@@ -77,6 +77,9 @@ class Aggregate:
         s.accepted_at = [sum(r.accepted_at[i] for r in self.runs if i < len(r.accepted_at)) for i in range(n)]
         d = s.to_dict()
         d["ttft_s"] = s.ttft_s / max(1, len(self.runs))  # mean, not sum
+        # each run's decode rate leaves out its first token (it comes with the prefill)
+        decoded = sum(max(0, r.generated_tokens - 1) for r in self.runs)
+        d["decode_tps"] = decoded / s.decode_s if s.decode_s > 0 else None
         d["prompts"] = len(self.runs)
         # per-token costs inside llama.cpp, for the ideal speed-up
         if self.mode == "mtp" and s.steps:

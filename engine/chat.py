@@ -90,22 +90,3 @@ class ChannelSplitter:
             self._name_pending = False
             text = text[nl + 1:]
         return "", text
-
-
-def split_thinking(text: str) -> tuple[str, str]:
-    """Split a finished text that still contains channel markers into (answer, thinking)."""
-    answer, thinking = [], []
-    rest = text
-    while CHANNEL_OPEN in rest:
-        before, _, after = rest.partition(CHANNEL_OPEN)
-        answer.append(before)
-        body, closed, rest = after.partition(CHANNEL_CLOSE)
-        if "\n" in body:
-            body = body.split("\n", 1)[1]
-        else:
-            body = ""
-        thinking.append(body)
-        if not closed:
-            rest = ""
-    answer.append(rest)
-    return "".join(answer), "".join(thinking)

@@ -23,6 +23,8 @@ except Exception as e:  # ImportError, or OSError when libllama.so fails to load
         f"reinstall it with: pip install llama-cpp-python=={PINNED_VERSION}"
     ) from None
 
+__all__ = ["lib", "ext", "ensure_backend", "system_info", "supports_gpu_offload", "version"]
+
 if getattr(_pkg, "__version__", None) != PINNED_VERSION:
     raise EngineError(
         f"Tandem needs llama-cpp-python=={PINNED_VERSION} (found {_pkg.__version__}); "

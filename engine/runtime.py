@@ -289,12 +289,6 @@ class Runtime:
     def has_drafter(self) -> bool:
         return self.drafter is not None
 
-    def memory_bytes(self) -> dict:
-        out = {"target_weights": int(lib.llama_model_size(self.target_model))}
-        if self.drafter_model:
-            out["drafter_weights"] = int(lib.llama_model_size(self.drafter_model))
-        return out
-
     def close(self) -> None:
         """Free in dependency order: the drafter holds raw pointers into the target's cache."""
         for runner in (self.drafter, self.target):

@@ -273,3 +273,12 @@ def test_export_markdown_and_json(qtbot, win):
     assert "**You:**" in md and "export me" in md and "tok/s" in md
     assert [m["role"] for m in js["messages"]] == ["user", "assistant"]
     assert js["messages"][1]["stats"]["mode"] == "mtp"
+
+
+def test_stopping_a_comparison_leaves_the_window_usable(qtbot, win):
+    win.input.setPlainText("a b c")
+    win.compare()
+    win.stop()  # before the first run has even started
+    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: "stopped" in win.compare_page.verdict.text(), timeout=TIMEOUT)
+    assert win.send_btn.text() == "Send" and win.compare_btn.isEnabled()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.chat import ChannelSplitter, ChatTemplate, split_thinking
+from engine.chat import ChannelSplitter, ChatTemplate
 from engine.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError, TemplateError
 from engine.runtime import LoadOptions
@@ -47,7 +47,6 @@ def test_channel_splitter_token_level():
     answer = "".join(a for a, _ in out)
     thinking = "".join(t for _, t in out)
     assert answer == "Hi Answer" and thinking == "I think hard"
-    assert split_thinking("<|channel>thought\nabc<channel|>def") == ("def", "abc")
 
 
 def test_thinking_tokens_stream_to_the_thinking_channel(engine07):

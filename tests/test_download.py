@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -61,7 +60,7 @@ def test_download_into_a_chosen_folder(hub, tmp_path):
 
 
 def test_resumes_after_the_server_drops_the_connection(hub, tmp_path):
-    hub.drop_once.add(f"test/big/blob.bin")
+    hub.drop_once.add("test/big/blob.bin")
     f = RemoteFile("test/big", "blob.bin", len(hub.repos["test/big"]["blob.bin"]), None)
     path = dl(hub, tmp_path).download(f, "target")
     assert path.read_bytes() == hub.repos["test/big"]["blob.bin"]
