@@ -12,7 +12,7 @@ from app.settings import Settings
 from app.store import Store
 from app.window import MainWindow
 
-TIMEOUT = 20000
+TIMEOUT = 120000  # generous: a busy CI machine must not fail a test by slowness
 
 
 def make_window(qtbot, tmp_path, target, drafter="", **settings):
@@ -193,7 +193,7 @@ def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, mon
 
 def test_event_loop_stays_responsive_while_streaming(qtbot, win):
     """Reports the worst lateness of a 10 ms timer while the tiny model streams flat out."""
-    win.settings["max_tokens"] = 3000
+    win.settings["max_tokens"] = 1500
     lateness, last = [], [time.perf_counter()]
 
     def tick():
