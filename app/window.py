@@ -542,6 +542,7 @@ class MainWindow(QMainWindow):
                 self.compare_page.failed("stopped before both runs finished")
             return
         which, use_mtp = self._compare_queue.pop(0)
+        self.stats_bar.reset()  # one chart per run
         self._rid += 1
         self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter()}
         self._update_controls()

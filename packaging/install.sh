@@ -24,7 +24,8 @@ if [ "$(uname -m)" = "x86_64" ] && grep -q amx_tile /proc/cpuinfo 2>/dev/null; t
   noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   flags="$flags -DCMAKE_C_FLAGS='$noamx' -DCMAKE_CXX_FLAGS='$noamx'"
 fi
-key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$flags" "$(uname -m)" | sha256sum | cut -c1-16)
+sha256() { if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi; }  # macOS: shasum
+key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$flags" "$(uname -m)" | sha256 | cut -c1-16)
 wheels="$HOME/.cache/tandem/wheels/$key"
 if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "Building llama-cpp-python $LLAMA_VERSION for this machine (a few minutes, once)..."
