@@ -8,6 +8,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 dist/Tandem/tandem --version
 dist/Tandem/tandem make-test-models "$tmp/models" > /dev/null
+unset QT_QPA_PLATFORM  # the real X11 window under Xvfb, not offscreen
 export HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/home/.config" XDG_DATA_HOME="$tmp/home/.local/share"
 timeout 180 xvfb-run -a -s "-screen 0 1280x860x24" dist/Tandem/tandem \
   --model "$tmp/models/tiny-target.gguf" --drafter "$tmp/models/tiny-drafter-a1.gguf" \
