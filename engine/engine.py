@@ -280,62 +280,68 @@ class Engine:
 
         finish = None
         step = first
-        while finish is None:
-            if step is None and self._cancel.is_set():
-                finish = "cancelled"
-                yield GenerationEvent([], "", "", stats, finish)
-                break
-            if step is None:
-                if st.n_past + 1 > self.n_ctx:
-                    finish = "context"
+        cache_valid = True
+        try:
+            while finish is None:
+                if step is None and self._cancel.is_set():
+                    finish = "cancelled"
                     yield GenerationEvent([], "", "", stats, finish)
                     break
-                try:
-                    step = strategy.step(st, config.max_tokens - stats.generated_tokens)
-                except BaseException:
-                    self._reset_cache()
-                    raise
-            # Walk the new tokens: stop at end-of-generation or at the token budget.
-            keep = len(step.tokens)
-            for i, tok in enumerate(step.tokens):
-                if self.is_eog(tok):
-                    keep, finish = i, "stop"
-                    break
-                if stats.generated_tokens + i + 1 >= config.max_tokens:
-                    keep, finish = i + 1, "length"
-                    break
-            if keep < len(step.tokens):
-                # The cache may hold tokens past the stop; drop them so that it holds
-                # exactly tokens[:n_past] with the last kept token pending.
-                drop = len(step.tokens) - keep
-                n_tok = len(st.tokens) - drop + (1 if finish == "stop" else 0)
-                del st.tokens[n_tok:]
-                if st.n_past > len(st.tokens) - 1:
-                    st.n_past = len(st.tokens) - 1
-                    rt.target.truncate(st.n_past)
-            pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
-            answer = "".join(p.text for p in pieces if p.channel == "answer")
-            thinking = "".join(p.text for p in pieces if p.channel == "thinking")
-            now = time.perf_counter()
-            if step is first:
-                stats.ttft_s = now - t_start
-                t_first = now
-            stats.generated_tokens += keep
-            stats.decode_s = now - t_first
-            stats.llama_s = rt.target.llama_s + (rt.drafter.llama_s if rt.drafter else 0.0) - llama0
-            stats.draft_llama_s = (rt.drafter.llama_s if rt.drafter else 0.0) - draft0
-            if finish is not None:
-                a, th = text.flush()  # bytes of an unfinished character, as U+FFFD
-                if pieces and (a or th):
-                    pieces[-1].text += a or th
-                answer += a
-                thinking += th
+                if step is None:
+                    if st.n_past + 1 > self.n_ctx:
+                        finish = "context"
+                        yield GenerationEvent([], "", "", stats, finish)
+                        break
+                    try:
+                        step = strategy.step(st, config.max_tokens - stats.generated_tokens)
+                    except BaseException:
+                        cache_valid = False
+                        self._reset_cache()
+                        raise
+                # Walk the new tokens: stop at end-of-generation or at the token budget.
+                keep = len(step.tokens)
+                for i, tok in enumerate(step.tokens):
+                    if self.is_eog(tok):
+                        keep, finish = i, "stop"
+                        break
+                    if stats.generated_tokens + i + 1 >= config.max_tokens:
+                        keep, finish = i + 1, "length"
+                        break
+                if keep < len(step.tokens):
+                    # The cache may hold tokens past the stop; drop them so that it holds
+                    # exactly tokens[:n_past] with the last kept token pending.
+                    drop = len(step.tokens) - keep
+                    n_tok = len(st.tokens) - drop + (1 if finish == "stop" else 0)
+                    del st.tokens[n_tok:]
+                    if st.n_past > len(st.tokens) - 1:
+                        st.n_past = len(st.tokens) - 1
+                        rt.target.truncate(st.n_past)
+                pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
+                answer = "".join(p.text for p in pieces if p.channel == "answer")
+                thinking = "".join(p.text for p in pieces if p.channel == "thinking")
+                now = time.perf_counter()
+                if step is first:
+                    stats.ttft_s = now - t_start
+                    t_first = now
+                stats.generated_tokens += keep
+                stats.decode_s = now - t_first
+                stats.llama_s = rt.target.llama_s + (rt.drafter.llama_s if rt.drafter else 0.0) - llama0
+                stats.draft_llama_s = (rt.drafter.llama_s if rt.drafter else 0.0) - draft0
+                if finish is not None:
+                    a, th = text.flush()  # bytes of an unfinished character, as U+FFFD
+                    if pieces and (a or th):
+                        pieces[-1].text += a or th
+                    answer += a
+                    thinking += th
+                stats.finish_reason = finish
+                step = None
+                yield GenerationEvent(pieces, answer, thinking, stats, finish)
+        finally:
+            # Also when the consumer stops iterating early: the cache then still holds
+            # exactly tokens[:n_past], as after every step.
             stats.finish_reason = finish
-            self._cached = st.tokens[:st.n_past]
-            step = None
-            yield GenerationEvent(pieces, answer, thinking, stats, finish)
-        stats.finish_reason = finish
-        self._cached = st.tokens[:st.n_past]
+            if cache_valid:
+                self._cached = st.tokens[:st.n_past]
 
     def reset(self) -> None:
         """Forget the cached conversation (the next prompt is decoded from scratch)."""

@@ -81,3 +81,20 @@ def test_stop_at_end_of_turn(engine07):
     r = engine07.run(prompt, GenerationConfig(max_tokens=20))
     assert r.finish_reason == "stop"
     assert r.tokens == [] and r.stats.generated_tokens == 0
+
+
+def test_stopping_iteration_early_keeps_the_cache_consistent(engine07):
+    engine07.reset()
+    prompt = engine07.tokenize("a b c d e f g")
+    gen = engine07.generate(prompt, GenerationConfig(max_tokens=200, draft_max=3))
+    got = []
+    for ev in gen:
+        got += ev.tokens
+        if len(got) > 20:
+            break
+    gen.close()  # the consumer walks away mid-reply
+    follow = prompt + got + engine07.tokenize(" next", False, False)
+    a = engine07.run(follow, GenerationConfig(max_tokens=12))
+    assert a.stats.reused_tokens >= len(prompt) + len(got) - 1
+    engine07.reset()
+    assert engine07.run(follow, GenerationConfig(max_tokens=12)).tokens == a.tokens
