@@ -439,10 +439,13 @@ class MainWindow(QMainWindow):
     def _send_or_stop(self):
         self.stop() if self._active else self.send()
 
-    def _history(self) -> list[dict]:
-        msgs = [m.as_chat() for m in self.store.messages(self.conversation_id) if m.role in ("user", "assistant")]
+    def _with_system(self, msgs: list[dict]) -> list[dict]:
         sp = self.settings.get("system_prompt", "").strip()
         return ([{"role": "system", "content": sp}] if sp else []) + msgs
+
+    def _history(self) -> list[dict]:
+        return self._with_system([m.as_chat() for m in self.store.messages(self.conversation_id)
+                                  if m.role in ("user", "assistant")])
 
     def _gen_config(self, **over) -> dict:
         keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
@@ -519,8 +522,7 @@ class MainWindow(QMainWindow):
             if not text:
                 self.statusBar().showMessage("Type a prompt to compare first", 4000)
             return
-        sp = self.settings.get("system_prompt", "").strip()
-        msgs = ([{"role": "system", "content": sp}] if sp else []) + [{"role": "user", "content": text}]
+        msgs = self._with_system([{"role": "user", "content": text}])
         self.stack.setCurrentIndex(1)
         self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value())
         self._compare_queue = [("baseline", False), ("mtp", True)]

@@ -182,10 +182,6 @@ class Engine:
              enable_thinking: bool = False) -> Iterator[GenerationEvent]:
         return self.generate(self.format_chat(messages, enable_thinking), config)
 
-    def complete(self, prompt: str, config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
-        """Raw completion: no chat template (BOS added if the model wants one)."""
-        return self.generate(self.tokenize(prompt, add_special=True, parse_special=False), config)
-
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
         """Check the request now (errors raise here, not on first iteration), then stream."""

@@ -75,6 +75,7 @@ class TargetRunner:
         self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(nb,))
         self._out = np.ctypeslib.as_array(
             ctypes.cast(self.batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(nb,))
+        self._rows = np.arange(nb, dtype=self._pos.dtype)  # row offsets, reused every decode
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(nb,))[:] = 1
         for i in range(nb):
             self.batch.seq_id[i][0] = 0
@@ -96,7 +97,7 @@ class TargetRunner:
         b = self.batch
         b.n_tokens = n
         self._tok[:n] = tokens
-        self._pos[:n] = np.arange(start_pos, start_pos + n)
+        np.add(self._rows[:n], start_pos, out=self._pos[:n])
         self._out[:n] = 1 if outputs == "all" else 0
         if outputs == "last":
             self._out[n - 1] = 1

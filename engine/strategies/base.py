@@ -39,7 +39,6 @@ class DecodeState:
         seq = self.tokens[-n:] + list(extra)
         return np.asarray(seq[-n:], dtype=np.int64)
 
-
     def pick(self, logits: np.ndarray, extra=()) -> int:
         """The target's own choice from one logits row (greedy or sampled)."""
         if self.params.greedy:

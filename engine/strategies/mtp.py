@@ -63,7 +63,7 @@ class MTP(DecodeStrategy):
             bonus = int(best[n_acc])
         elif p.greedy:
             while True:
-                t = greedy_token(tgt.logits(n_acc), st.recent(drafts[:n_acc]), p)
+                t = st.pick(tgt.logits(n_acc), drafts[:n_acc])
                 if n_acc < k and t == drafts[n_acc]:
                     n_acc += 1
                     continue
@@ -82,7 +82,7 @@ class MTP(DecodeStrategy):
                 bonus = sample_residual(*pd, *q, st.rng)
                 break
             if bonus is None:
-                bonus = sample_from(*distribution(tgt.logits(k), st.recent(drafts), p), st.rng)
+                bonus = st.pick(tgt.logits(k), drafts)
 
         # the hidden row that produced `bonus` seeds the next step's first draft
         tgt.hidden(n_acc, st.pending_h)
