@@ -36,12 +36,19 @@ def load_prompts(path: str | Path | None = None) -> list[dict]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{src}:{n}: not JSON ({e.msg})") from None
-        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str) or isinstance(obj.get("messages"), list)):
-            raise ValueError(f'{src}:{n}: expected {{"prompt": "..."}} or {{"messages": [...]}}')
+        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str) or _is_chat(obj.get("messages"))):
+            raise ValueError(f'{src}:{n}: expected {{"prompt": "..."}} or {{"messages": [{{"role": '
+                             f'"user", "content": "..."}}, ...]}}')
         out.append(obj)
     if not out:
         raise ValueError(f"{src}: no prompts")
     return out
+
+
+def _is_chat(messages) -> bool:
+    return (isinstance(messages, list) and bool(messages) and all(
+        isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)
+        for m in messages))
 
 
 def prompt_tokens(engine: Engine, item: dict) -> list[int]:

@@ -43,6 +43,8 @@ class ChatTemplate:
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
                enable_thinking: bool = False) -> str:
         for m in messages:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                raise TemplateError("a chat message must be a {'role': ..., 'content': text} mapping")
             if m.get("role") not in ("system", "user", "assistant"):
                 raise TemplateError(f"unknown message role {m.get('role')!r}")
         try:

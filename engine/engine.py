@@ -213,8 +213,11 @@ class Engine:
         n = len(prompt)
         # the last prompt token is always decoded again: its row gives the first token's
         # logits and, for MTP, the hidden state the first draft starts from
-        keep = min(_common_prefix(self._cached, prompt), n - 1)
-        if keep < len(self._cached):
+        keep = self._reusable(min(_common_prefix(self._cached, prompt), n - 1))
+        if keep == 0 and self._cached:
+            tgt.clear()
+            self._cached = []
+        elif keep < len(self._cached):
             tgt.truncate(keep)
             del self._cached[keep:]
         st.stats.reused_tokens = keep
@@ -236,6 +239,16 @@ class Engine:
         tok = st.pick(tgt.logits(row))
         st.tokens.append(tok)
         return Step([tok], [False])
+
+    def _reusable(self, keep: int) -> int:
+        """How much of a cached prefix of `keep` tokens can really be reused. Sliding-window
+        layers keep only the newest positions (the cache recycles older cells as it fills);
+        the token after the prefix attends to the n_swa positions before it, so if any of
+        those is gone the cached prefix would give wrong logits: decode from scratch."""
+        if keep == 0 or self.rt.n_swa <= 0:
+            return keep
+        pos_min = lib.llama_memory_seq_pos_min(self.rt.target.memory, 0)
+        return keep if 0 <= pos_min <= max(0, keep - self.rt.n_swa) else 0
 
     def _run(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
         if not self._busy.acquire(blocking=False):

@@ -37,6 +37,11 @@ class GGUFInfo:
     shared_kv_layers: int = 0
     chat_template: str | None = None
     n_tensors: int = 0
+    n_head: tuple[int, ...] = ()  # per layer
+    n_head_kv: tuple[int, ...] = ()  # per layer
+    head_dim: tuple[int, int] = (0, 0)  # key length, value length (full-attention layers)
+    head_dim_swa: tuple[int, int] = (0, 0)  # the same for sliding-window layers
+    n_swa: int = 0
 
     @property
     def is_gemma4_target(self) -> bool:
@@ -55,6 +60,7 @@ _SCALARS = {  # GGUFValueType -> struct format
 }
 # Arrays longer than this (vocabularies: 262k strings) are skipped, only counted.
 _KEEP_ARRAY = 4096
+_MAX_NESTING = 4  # arrays of arrays: real files use none; a hostile one could nest thousands
 
 
 class _Truncated(Exception):
@@ -92,24 +98,26 @@ class _HeaderReader:
             raise ValueError("string length beyond the end of the file")
         return self.take(n).decode("utf-8", "replace")
 
-    def value(self, vtype: int):
+    def value(self, vtype: int, depth: int = 0):
         if vtype == gguf.GGUFValueType.STRING:
             return self.string()
         if vtype == gguf.GGUFValueType.ARRAY:
+            if depth >= _MAX_NESTING:
+                raise ValueError("metadata arrays nested too deeply")
             itype = self.unpack("<I")
             n = self.unpack("<Q")
             if n > self.size:
                 raise ValueError("array length beyond the end of the file")
             if n > _KEEP_ARRAY:
-                self._skip_array(itype, n)
+                self._skip_array(itype, n, depth)
                 return _Skipped(n)
-            return [self.value(itype) for _ in range(n)]
+            return [self.value(itype, depth + 1) for _ in range(n)]
         fmt = _SCALARS.get(vtype)
         if fmt is None:
             raise ValueError(f"unknown metadata value type {vtype}")
         return self.unpack(fmt)
 
-    def _skip_array(self, itype: int, n: int) -> None:
+    def _skip_array(self, itype: int, n: int, depth: int = 0) -> None:
         if itype == gguf.GGUFValueType.STRING:
             for _ in range(n):
                 self.fh.seek(self.unpack("<Q"), 1)
@@ -117,7 +125,7 @@ class _HeaderReader:
             self.fh.seek(n * struct.calcsize(_SCALARS[itype]), 1)
         else:
             for _ in range(n):
-                self.value(itype)
+                self.value(itype, depth + 1)
         if self.fh.tell() > self.size:
             raise _Truncated
 
@@ -193,6 +201,24 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         v = meta.get(f"{arch}.{suffix}", 0)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, _Skipped) else 0
 
+    n_layer = num("block_count")
+
+    def per_layer(suffix, default):
+        """A key stored as one number or as one number per layer."""
+        v = meta.get(f"{arch}.{suffix}", default)
+        if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, int) for x in v):
+            return tuple(v)
+        if isinstance(v, int) and not isinstance(v, _Skipped):
+            return (v,) * n_layer
+        return ()  # malformed: refused by the checks of the architectures that need it
+
+    n_head = per_layer("attention.head_count", 0)
+    n_head_kv = per_layer("attention.head_count_kv", list(n_head))
+    n_embd = num("embedding_length")
+    hd_full = num("attention.key_length") or (n_embd // max(n_head) if n_head and max(n_head) else 0)
+    hd_full_v = num("attention.value_length") or hd_full
+    hd_swa = num("attention.key_length_swa") or hd_full
+    hd_swa_v = num("attention.value_length_swa") or hd_full_v
     tokens = meta.get("tokenizer.ggml.tokens", [])
     swa = meta.get(f"{arch}.attention.sliding_window_pattern", [])
     template = meta.get("tokenizer.chat_template")
@@ -202,14 +228,19 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         name=str(meta.get("general.name", p.stem)),
         file_size=size,
         n_vocab=int(tokens) if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0,
-        n_embd=num("embedding_length"),
+        n_embd=n_embd,
         n_embd_out=num("embedding_length_out"),
-        n_layer=num("block_count"),
+        n_layer=n_layer,
         context_length=num("context_length"),
         swa_pattern=tuple(bool(x) for x in swa) if isinstance(swa, list) else (),
         shared_kv_layers=num("attention.shared_kv_layers"),
         chat_template=template if isinstance(template, str) else None,
         n_tensors=n_tensors,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=(hd_full, hd_full_v),
+        head_dim_swa=(hd_swa, hd_swa_v),
+        n_swa=num("attention.sliding_window"),
     )
 
 
@@ -234,6 +265,38 @@ def check_target(info: GGUFInfo) -> None:
                 f"{info.path.name}: gemma4 file shares KV across too many layers "
                 f"({info.shared_kv_layers} of {info.n_layer})"
             )
+        check_attention_shape(info)
+
+
+def check_attention_shape(info: GGUFInfo) -> None:
+    """What llama.cpp's Gemma 4 graphs assert on (a process abort, not an exception):
+    query heads a multiple of KV heads, even head dimensions (RoPE rotates pairs), equal K
+    and V head sizes, and layers that share KV reusing a layer of their own kind."""
+    name = info.path.name
+    pat = info.swa_pattern
+    if (info.n_embd <= 0 or len(info.n_head) != info.n_layer or len(info.n_head_kv) != info.n_layer
+            or min(info.n_head) <= 0):
+        raise ModelFileError(f"{name}: gemma4 file has malformed embedding width or attention head counts")
+    kv_start = info.n_layer - info.shared_kv_layers
+    for il in range(info.n_layer):
+        src = il
+        if il >= kv_start:  # a KV-sharing layer reads the last layer of its kind before them
+            src = kv_start - (2 if pat[il] else 1)
+            if pat[src] != pat[il]:
+                raise ModelFileError(
+                    f"{name}: layer {il} shares the KV cache of layer {src}, which is "
+                    f"{'full' if pat[il] else 'sliding'}-attention; the sliding-window pattern does not fit")
+        kv = info.n_head_kv[src]
+        if kv <= 0 or info.n_head[il] % kv:
+            raise ModelFileError(
+                f"{name}: layer {il} has {info.n_head[il]} attention heads, not a multiple of "
+                f"its {kv} KV heads")
+    for kind, (k, v) in (("full", info.head_dim), ("sliding", info.head_dim_swa)):
+        if k <= 0 or k % 2 or k != v:
+            raise ModelFileError(f"{name}: {kind}-attention head size {k} (values {v}) is not "
+                                 "an even size equal for keys and values")
+    if any(pat) and info.n_swa <= 0:
+        raise ModelFileError(f"{name}: sliding-window layers but no sliding window size")
 
 
 def check_drafter(target: GGUFInfo, drafter: GGUFInfo) -> None:
@@ -267,6 +330,9 @@ def check_drafter(target: GGUFInfo, drafter: GGUFInfo) -> None:
     pat = drafter.swa_pattern
     if len(pat) != drafter.n_layer or not pat or pat[-1]:
         raise DrafterMismatchError(f"{name}: drafter sliding-window pattern is malformed")
+    heads = list(zip(drafter.n_head, drafter.n_head_kv))
+    if len(heads) != drafter.n_layer or any(kv <= 0 or h <= 0 or h % kv for h, kv in heads):
+        raise DrafterMismatchError(f"{name}: drafter attention heads are not a multiple of its KV heads")
     tp = target.swa_pattern
     if len(tp) < 2 or tp[-1] or not tp[-2]:
         raise DrafterMismatchError(

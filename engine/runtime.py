@@ -23,6 +23,11 @@ from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
 MAX_OUTPUTS = 16  # logits rows per batch; so the longest draft is 15 tokens
+# llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
+# for; below 256 a "context" cannot hold a chat template and a reply anyway.
+CTX_STEP = 256
+MIN_CTX = 256
+MAX_CTX = 1 << 20
 
 
 def physical_cores() -> int:
@@ -59,6 +64,19 @@ class LoadOptions:
     flash_attn: bool = True
     kv_type: str = "f16"
     verbose: bool = False
+
+    def validate(self) -> None:
+        """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
+        cpus = os.cpu_count() or 1
+        if not MIN_CTX <= self.n_ctx <= MAX_CTX:
+            raise ValueError(f"context size must be between {MIN_CTX} and {MAX_CTX} tokens (got {self.n_ctx})")
+        if not 0 <= self.n_threads <= cpus:
+            raise ValueError(f"threads must be between 0 (automatic) and {cpus}, the CPUs of this "
+                             f"machine (got {self.n_threads})")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise ValueError(f"batch sizes must be at least 1 (got {self.n_batch}, {self.n_ubatch})")
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
 
 
 class TargetRunner:
@@ -207,6 +225,7 @@ class Runtime:
 
     def __init__(self, target_path, drafter_path=None, options: LoadOptions = LoadOptions(),
                  progress: Callable[[str, float], bool] | None = None):
+        options.validate()
         self.options = options
         self.target_info: GGUFInfo = read_gguf_info(target_path)
         check_target(self.target_info)
@@ -214,8 +233,6 @@ class Runtime:
         if drafter_path is not None:
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
-        if options.kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
         ensure_backend(options.verbose)
 
         self.target_model = self.drafter_model = None
@@ -254,14 +271,23 @@ class Runtime:
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.n_embd = lib.llama_model_n_embd(self.target_model)
         train_ctx = lib.llama_model_n_ctx_train(self.target_model)
-        self.n_ctx = min(o.n_ctx, train_ctx) if train_ctx > 0 else o.n_ctx
+        n_ctx = min(o.n_ctx, train_ctx) if train_ctx > 0 else o.n_ctx
+        # llama.cpp pads the context to a multiple of 256 but caps n_batch at the unpadded
+        # size; asking for the padded size keeps the two consistent.
+        n_ctx = max(MIN_CTX, -(-n_ctx // CTX_STEP) * CTX_STEP)
         self.n_threads = o.n_threads or physical_cores()
-        cp = _context_params(o, self.n_ctx, self.n_threads)
+        cp = _context_params(o, n_ctx, self.n_threads)
         self.target_ctx = lib.llama_init_from_model(self.target_model, cp)
         if not self.target_ctx:
             raise EngineError("llama.cpp could not create the target context (out of memory?)")
         self.n_ctx = lib.llama_n_ctx(self.target_ctx)
-        self.target = TargetRunner(self.target_ctx, o.n_batch, self.n_vocab, self.n_embd)
+        # The sizes llama.cpp actually chose: a batch above n_batch is a native abort, and a
+        # verify batch must fit one ubatch (so rolling back rejected drafts never needs a
+        # sliding-window cell that was recycled).
+        self.n_batch = lib.llama_n_batch(self.target_ctx)
+        self.n_ubatch = lib.llama_n_ubatch(self.target_ctx)
+        self.n_swa = lib.llama_model_n_swa(self.target_model)
+        self.target = TargetRunner(self.target_ctx, self.n_batch, self.n_vocab, self.n_embd)
 
         if self.drafter_info is None:
             return

@@ -7,6 +7,7 @@ then temperature. A distribution is returned as (candidate ids, probabilities).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,11 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     def validate(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number")
+        if not 0 <= self.repeat_last_n <= 1 << 20:
+            raise ValueError("repeat_last_n must be between 0 and 1048576")
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
         if self.top_k < 0:

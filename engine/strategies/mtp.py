@@ -36,7 +36,8 @@ class MTP(DecodeStrategy):
         rt, p = st.rt, st.params
         tgt, dr = rt.target, rt.drafter
         # the verify batch writes positions n_past .. n_past+k, which must fit the context
-        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, tgt.n_batch - 1, MAX_OUTPUTS - 1))
+        # and one ubatch (see Runtime: rollback safety of the sliding-window cache)
+        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1))
         pos0 = st.n_past
 
         drafts: list[int] = []
