@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -23,6 +24,9 @@ from .errors import TandemError
 from .gguf_info import DRAFTER_ARCH, TARGET_ARCH, read_gguf_info
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+ETAG_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git blob sha1 or LFS sha256: a blob's file name
+PROBE_TIMEOUT_S = 10.0
 
 
 class DownloadError(TandemError):
@@ -57,6 +61,24 @@ class Progress:
 
 def offline_mode() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def safe_repo_path(path) -> str:
+    """A file name from a Hub listing, checked before it is used as a path on disk: relative,
+    no `..` or empty parts, no backslashes, drive letters or control characters."""
+    if (not isinstance(path, str) or not path or len(path) > 1024 or path.startswith("/")
+            or any(c in path for c in "\\:") or any(ord(c) < 32 or ord(c) == 127 for c in path)
+            or any(part in ("", ".", "..") or len(part) > 255 for part in path.split("/"))):
+        raise DownloadError(f"the Hub listed an unsafe file name {str(path)[:80]!r}; refusing to download")
+    return path
+
+
+def _inside(path: Path, root: Path) -> Path:
+    """`path` if it stays inside `root` once links and `..` are resolved; else refuse."""
+    real, top = path.resolve(), root.resolve()
+    if real != top and top not in real.parents:
+        raise DownloadError(f"refusing to write {path} outside {root}")
+    return path
 
 
 def _hub_error(e: Exception, repo: str) -> DownloadError:
@@ -100,6 +122,7 @@ class Downloader:
 
         if offline_mode():
             raise DownloadError("offline: HF_HUB_OFFLINE is set, so the Hub's file list cannot be read")
+        self._probe()
         try:
             api = HfApi(endpoint=self.endpoint, token=self.token)
             out = []
@@ -108,9 +131,28 @@ class Downloader:
                     continue  # a folder
                 sha = f.lfs.sha256 if getattr(f, "lfs", None) else None
                 out.append(RemoteFile(repo, f.path, int(f.size), sha))
-            return out
         except Exception as e:
             raise _hub_error(e, repo) from None
+        # The listing comes from outside: a name with `..` or an absolute path would write
+        # outside the download folder, and a hub that sends one is not to be trusted at all.
+        for f in out:
+            safe_repo_path(f.path)
+            if f.size < 0 or (f.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", str(f.sha256))):
+                raise DownloadError(f"the Hub listed {f.path} with an invalid size or checksum; refusing")
+        return out
+
+    def _probe(self) -> None:
+        """One request without retries, so that an unreachable Hub is reported at once:
+        huggingface_hub's listing retries five times with back-off (24 s of waiting)."""
+        from huggingface_hub import constants, get_session
+
+        url = (self.endpoint or constants.ENDPOINT).rstrip("/") + "/api/models"
+        try:
+            get_session().head(url, timeout=PROBE_TIMEOUT_S)
+        except Exception as e:
+            raise DownloadError(f"cannot reach the Hub at {url.rsplit('/api', 1)[0]} ({type(e).__name__}); "
+                                "check the connection, or set HF_HUB_OFFLINE=1 to use downloaded "
+                                "files only") from None
 
     def resolve(self, model: CatalogModel, quant: str) -> tuple[RemoteFile, RemoteFile]:
         """Pick the target file for `quant` and the first drafter source that has a match."""
@@ -162,6 +204,7 @@ class Downloader:
         from huggingface_hub.utils import build_hf_headers
 
         self._cancel.clear()
+        safe_repo_path(f.path)
         if offline_mode():
             try:
                 if self.folder:
@@ -209,16 +252,22 @@ class Downloader:
 
     def _destination(self, f: RemoteFile, meta) -> tuple[Path, Path]:
         """(the path the user gets, where the bytes are stored)."""
+        path = safe_repo_path(f.path)
         if self.folder:
-            p = self.folder / f.path
+            p = _inside(self.folder / path, self.folder)
             return p, p
         from huggingface_hub.file_download import repo_folder_name
 
         repo_dir = Path(self.cache_dir or _hf_cache()) / repo_folder_name(repo_id=f.repo, repo_type="model")
-        etag = (meta.etag or f.sha256 or "").strip('"')
-        if not etag or not meta.commit_hash:
-            raise DownloadError(f"the Hub sent no etag or commit for {f.path}")
-        return repo_dir / "snapshots" / meta.commit_hash / f.path, repo_dir / "blobs" / etag
+        etag = (meta.etag or f.sha256 or "").strip('"').lower()
+        commit = (meta.commit_hash or "").lower()
+        # Both become names on disk: only plain hashes are accepted.
+        if not ETAG_RE.fullmatch(etag):
+            raise DownloadError(f"the Hub sent an invalid etag for {f.path}; refusing to download")
+        if not COMMIT_RE.fullmatch(commit):
+            raise DownloadError(f"the Hub sent an invalid commit id for {f.path}; refusing to download")
+        return (_inside(repo_dir / "snapshots" / commit / path, repo_dir),
+                _inside(repo_dir / "blobs" / etag, repo_dir))
 
     @staticmethod
     def _link_into_cache(f: RemoteFile, meta, blob: Path, pointer: Path) -> None:
@@ -231,7 +280,7 @@ class Downloader:
             os.replace(blob, pointer)
         refs = blob.parent.parent / "refs"
         refs.mkdir(exist_ok=True)
-        (refs / "main").write_text(meta.commit_hash)
+        (refs / "main").write_text(meta.commit_hash.lower())
 
     def verify(self, path: Path, f: RemoteFile) -> None:
         size = path.stat().st_size

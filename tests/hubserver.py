@@ -23,6 +23,7 @@ class Hub:
         self.corrupt: set[str] = set()  # served bytes differ from the listed sha256
         self.fake_size: dict[str, int] = {}  # listed size override
         self.delay_per_chunk = 0.0
+        self.header_override: dict[str, dict[str, str]] = {}  # "repo/path": hostile response headers
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self._srv = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._srv.daemon_threads = True
@@ -122,8 +123,9 @@ class Hub:
                     start = int(rng[6:].split("-")[0] or 0)
                 body = data[start:]
                 self.send_response(206 if start else 200)
-                self.send_header("X-Repo-Commit", COMMIT)
-                self.send_header("ETag", f'"{sha}"')
+                headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{sha}"'} | hub.header_override.get(key, {})
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(len(body)))
                 if start:

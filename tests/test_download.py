@@ -211,3 +211,60 @@ def test_download_dialog_cancel(qtbot, hub, tmp_path):
     qtbot.waitUntil(lambda: dlg.error is not None, timeout=20000)
     assert "Cancelled" in dlg.status.text() and dlg.result_paths is None
     assert not dlg.thread.isRunning()
+
+
+@pytest.mark.parametrize("name", [
+    "../../evil-Q4_K_M.gguf",
+    "MTP/../../../evil-MTP.gguf",
+    "/tmp/evil-Q4_K_M.gguf",
+    "sub/./evil-Q4_K_M.gguf",
+    "C:\\evil-Q4_K_M.gguf",
+])
+def test_hostile_listing_names_are_refused_before_touching_the_disk(hub, tmp_path, tiny, name):
+    hub.add(REPO, name, Path(tiny["target"]).read_bytes())
+    for folder in (tmp_path / "mine", None):
+        d = Downloader(endpoint=hub.url, folder=folder, cache_dir=tmp_path / "hf-cache")
+        with pytest.raises(DownloadError, match="unsafe file name"):
+            d.download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [] and not Path("/tmp/evil-Q4_K_M.gguf").exists()
+    assert not [r for r in hub.requests if r[0] == "GET" and r[1].endswith(".gguf")]
+
+
+@pytest.mark.parametrize("headers,words", [
+    ({"ETag": '"../../../escaped"'}, "invalid etag"),
+    ({"ETag": '"/tmp/escaped"'}, "invalid etag"),
+    ({"X-Repo-Commit": "../../../../escaped"}, "invalid commit"),
+    ({"X-Repo-Commit": "main"}, "invalid commit"),
+])
+def test_hostile_etag_or_commit_headers_are_refused(hub, tmp_path, headers, words):
+    hub.header_override[f"{REPO}/{TARGET}"] = headers
+    with pytest.raises(DownloadError, match=words):
+        dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M")
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_cli_refuses_a_hostile_listing_with_exit_2(hub, tmp_path, tiny):
+    hub.add(REPO, "MTP/../../../evil-MTP.gguf", Path(tiny[1.0]).read_bytes())
+    env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+               TANDEM_DATA_DIR=str(tmp_path / "data"))
+    r = subprocess.run([sys.executable, "-m", "app.main", "models", "download", "gemma-4-e2b",
+                        "--dir", str(tmp_path / "dl" / "here")], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "unsafe file name" in r.stderr
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing written, nothing in the library
+
+
+def test_unreachable_hub_fails_at_once_without_retry_storm(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+               TANDEM_DATA_DIR=str(tmp_path / "data"))
+    r = subprocess.run([sys.executable, "-m", "app.main", "models", "download", "gemma-4-e2b"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2
+    assert "cannot reach the Hub" in r.stderr and "Retry" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
