@@ -6,14 +6,15 @@ both answers side by side at their recorded timings, so the race is shown as it 
 
 from __future__ import annotations
 
+import html
 import time
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QLabel, QPushButton, QTextBrowser, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from .render import for_display
+from .safe_text import SafeBrowser
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -29,8 +30,7 @@ class Pane(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.title = QLabel(f"<b>{title}</b>")
-        self.view = QTextBrowser(self)
-        self.view.setOpenLinks(False)
+        self.view = SafeBrowser(self)
         self.stats = QLabel("–")
         self.stats.setStyleSheet("color: gray")
         lay.addWidget(self.title)
@@ -52,6 +52,7 @@ class ComparePage(QWidget):
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
         self.prompt_label = QLabel("")
+        self.prompt_label.setTextFormat(Qt.RichText)  # the prompt inside is escaped
         self.prompt_label.setWordWrap(True)
         top.addWidget(self.prompt_label, 1)
         self.replay_btn = QPushButton("Replay")
@@ -81,7 +82,7 @@ class ComparePage(QWidget):
 
     def start(self, prompt: str, greedy: bool, draft_max: int):
         self.greedy = greedy
-        self.prompt_label.setText(f"<b>Prompt:</b> {prompt[:300]}")
+        self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(prompt[:300]))}")
         self.mtp.title.setText(f"<b>MTP (drafter on, k={draft_max})</b>")
         self.base.clear("running…")
         self.mtp.clear("waiting for the baseline run to finish…")
@@ -99,7 +100,7 @@ class ComparePage(QWidget):
         pane = self.base if which == "baseline" else self.mtp
         pane.result = result
         pane.view.setPlainText(for_display(result["answer"]))
-        pane.stats.setText(result["stats"].get("footer", ""))
+        pane.stats.setText(html.escape(result["stats"].get("footer", "")))
         if which == "baseline":
             self.mtp.view.setPlainText("running…")
         if self.base.result and self.mtp.result:
@@ -107,7 +108,7 @@ class ComparePage(QWidget):
             self.replay_btn.setEnabled(True)
 
     def failed(self, message: str):
-        self.verdict.setText(f"Comparison failed: {message}")
+        self.verdict.setText(f"Comparison failed: {html.escape(message)}")
 
     def _verdict(self):
         b, m = self.base.result, self.mtp.result

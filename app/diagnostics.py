@@ -93,6 +93,7 @@ def qt_error_dialog(message: str, path: str) -> None:
     app = QApplication.instance()
     if app is None or QThread.currentThread() is not app.thread():
         return  # only the GUI thread may open dialogs; the log still has it
-    QMessageBox.critical(None, "Tandem hit a problem",
-                         f"Something went wrong, but your conversations are saved.\n\n{message}\n\n"
-                         f"Details are in the log:\n{path}")
+    from .safe_text import message as show
+
+    show(None, QMessageBox.Critical, "Tandem hit a problem",
+         f"Something went wrong, but your conversations are saved.\n\n{message}\n\nDetails are in the log:\n{path}")

@@ -13,6 +13,8 @@ from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 from PySide6.QtGui import QTextCursor, QTextDocument
 
+from .safe_text import images_to_links
+
 FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.S | re.M)
 MD_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value)
@@ -63,6 +65,7 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[s
         if kind == "md":
             if body.strip():
                 cur.insertMarkdown(body, MD_FEATURES)
+                cur.movePosition(QTextCursor.End)
         else:
             n = len(blocks)
             blocks.append(body)
@@ -70,6 +73,7 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[s
             cur.insertHtml(f'<p><span style="color:gray">{label}</span> &nbsp; <a href="copy:{n}">Copy</a></p>')
             cur.insertHtml(code_html(body, lang, dark))
             cur.insertBlock()
+    images_to_links(doc)  # model output: show where an image points, never fetch it
     return blocks
 
 

@@ -14,6 +14,8 @@ from engine.errors import TandemError
 from engine.library import Library
 from engine.pairing import find_drafter
 
+from .safe_text import message
+
 
 def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB" if n < 1e9 else f"{n / 1e9:,.2f} GB"
@@ -230,12 +232,12 @@ class WelcomeDialog(QDialog):
         try:
             drafter, reasons = find_drafter(path)
         except TandemError as e:
-            QMessageBox.warning(self, "Cannot use this file", str(e))
+            message(self, QMessageBox.Warning, "Cannot use this file", str(e))
             return
         if drafter is None:
             why = "\n".join(reasons) or "no other GGUF files next to it"
-            QMessageBox.information(self, "No MTP drafter found",
-                                    f"Tandem will run without the drafter (no speed-up).\n\nWhy: {why}")
+            message(self, QMessageBox.Information, "No MTP drafter found",
+                    f"Tandem will run without the drafter (no speed-up).\n\nWhy: {why}")
         self.library.add(Path(path).stem, path, drafter, "import")
         self.chosen = (path, str(drafter) if drafter else "", 3)
         self.accept()

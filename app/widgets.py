@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPainterPath, QPen, QTextCursor
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QTextBrowser,
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
 from .render import for_display, render_markdown, render_origins
+from .safe_text import SafeBrowser, open_web_link
 
 
 def is_dark() -> bool:
     return QGuiApplication.palette().window().color().lightness() < 128
 
 
-class AutoHeightBrowser(QTextBrowser):
+class AutoHeightBrowser(SafeBrowser):
     """A read-only rich text view as tall as its content (the page scrolls, not each message)."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setOpenLinks(False)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)
         self.setFrameShape(QFrame.NoFrame)
@@ -90,6 +90,7 @@ class MessageWidget(QFrame):
         self.think_toggle.toggled.connect(self._toggle_thinking)
         self.think_toggle.hide()
         self.think_view = QLabel(self)
+        self.think_view.setTextFormat(Qt.PlainText)  # model output: never rendered as HTML
         self.think_view.setWordWrap(True)
         self.think_view.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.think_view.setStyleSheet("color: gray; font-style: italic")
@@ -112,10 +113,13 @@ class MessageWidget(QFrame):
             self.action.emit(name, self)
 
     def _anchor(self, url):
+        """Links come from model text too: only our copy links (by index) and web links act."""
         if url.scheme() == "copy":
-            i = int(url.path() or url.toString().split(":", 1)[1])
-            if i < len(self._code_blocks):
-                self.copy_requested.emit(self._code_blocks[i])
+            i = url.path()
+            if i.isdigit() and int(i) < len(self._code_blocks):
+                self.copy_requested.emit(self._code_blocks[int(i)])
+        else:
+            open_web_link(url)
 
     def _toggle_thinking(self, on):
         self.think_toggle.setText(("▾" if on else "▸") + " Thinking")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QInputDialog
                                QScrollArea, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
 
 from .compare import ComparePage
+from .safe_text import message
 from .settings import Settings
 from .store import Store
 from .widgets import InputBox, MessageWidget, StatsBar
@@ -219,7 +221,7 @@ class MainWindow(QMainWindow):
             self.stop()
         self.model_info = None
         self._update_controls()
-        self.model_label.setText(f"Loading <b>{Path(target).name}</b>…")
+        self.model_label.setText(f"Loading <b>{html.escape(Path(target).name)}</b>…")
         self.statusBar().showMessage("Loading model…")
         spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
         spec.update(target=target, drafter=drafter)
@@ -241,14 +243,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Loading failed", 5000)
         self._update_controls()
         if not self._closing:
-            QMessageBox.warning(self, "Could not load the model", msg)
+            message(self, QMessageBox.Warning, "Could not load the model", msg)
 
     def _set_model_label(self, info):
         if not info:
             self.model_label.setText("<i>No model loaded</i> — choose a Gemma 4 GGUF and its drafter")
             return
-        d = f" + <b>{info['drafter_name']}</b>" if info["drafter_name"] else ""
-        self.model_label.setText(f"<b>{info['target_name']}</b>{d}")
+        d = f" + <b>{html.escape(info['drafter_name'])}</b>" if info["drafter_name"] else ""
+        self.model_label.setText(f"<b>{html.escape(info['target_name'])}</b>{d}")
 
     def _update_controls(self):
         loaded = self.model_info is not None
@@ -349,7 +351,8 @@ class MainWindow(QMainWindow):
             if ok and title.strip():
                 self.rename_conversation(cid, title.strip())
         elif act == dl:
-            if QMessageBox.question(self, "Delete chat", f"Delete “{it.text()}”?") == QMessageBox.Yes:
+            if message(self, QMessageBox.Question, "Delete chat", f"Delete “{it.text()}”?",
+                       QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
                 self.delete_conversation(cid)
         elif act in (md, js):
             self.export("md" if act == md else "json", cid)
@@ -431,7 +434,7 @@ class MainWindow(QMainWindow):
             rows = "".join(f"<tr><td>draft {i + 1}</td><td align=right>{v * 100:.0f} %</td></tr>" for i, v in enumerate(pp))
             s = w.stats
             QMessageBox.information(self, "Acceptance per draft position", (
-                f"<p>{s.get('footer', '')}</p><table cellpadding=3>{rows}</table>"
+                f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"
                 f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
                 f"in {s.get('steps', 0)} verify steps.</p>"))
 
@@ -613,13 +616,13 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         if kind == "overflow":
-            ans = QMessageBox.question(
-                self, "Conversation too long",
-                f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)")
+            ans = message(self, QMessageBox.Question, "Conversation too long",
+                          f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)",
+                          QMessageBox.Yes | QMessageBox.No)
             if ans == QMessageBox.Yes:
                 self._start_reply(drop_oldest=True)
         else:
-            QMessageBox.warning(self, "Generation failed", msg)
+            message(self, QMessageBox.Warning, "Generation failed", msg)
 
     # ---- closing -----------------------------------------------------------------------
     def closeEvent(self, e):

@@ -1,0 +1,90 @@
+"""Showing untrusted text (model output, chat titles, file names) without letting it load
+anything.
+
+Qt's rich text fetches every resource a document names: a Markdown image `![x](/path)` is
+read from the file system when the text is laid out (`/dev/zero` aborts the process with
+std::bad_alloc, a FIFO blocks it), and QLabel / QMessageBox render any text that looks like
+HTML. So: documents that never load a resource, images shown as links the user may click,
+and labels and message boxes that show plain text.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QUrl, Qt
+from PySide6.QtGui import QDesktopServices, QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
+from PySide6.QtWidgets import QMessageBox, QTextBrowser
+
+_ALT = getattr(QTextFormat, "ImageAltText", None)  # Qt >= 6.? keeps Markdown's alt text
+
+
+class SafeDocument(QTextDocument):
+    """A document that loads no resource at all. Returning a (blank) image matters: for a
+    null answer Qt's image handler falls back to reading the path from disk itself."""
+
+    _blank = None
+
+    def loadResource(self, kind, url):  # noqa: N802 (Qt's name)
+        if kind == QTextDocument.ImageResource:
+            if SafeDocument._blank is None:
+                img = QImage(1, 1, QImage.Format_ARGB32)
+                img.fill(Qt.transparent)
+                SafeDocument._blank = img
+            return SafeDocument._blank
+        return ""
+
+
+class SafeBrowser(QTextBrowser):
+    """A read-only rich text view over a SafeDocument; links do nothing until clicked, and
+    then only web links open (in the system browser)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setDocument(SafeDocument(self))
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+
+    def loadResource(self, kind, url):  # noqa: N802
+        return self.document().loadResource(kind, url)
+
+
+def open_web_link(url: QUrl) -> bool:
+    """Open http(s) links the user clicked; anything else (file:, custom schemes) is ignored."""
+    if url.scheme() in ("http", "https") and url.host():
+        QDesktopServices.openUrl(url)
+        return True
+    return False
+
+
+def images_to_links(doc: QTextDocument) -> None:
+    """Replace each image in `doc` by a link '[image: alt]' to its address: the user sees
+    where it points and can open it deliberately; nothing is fetched."""
+    found = []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            fmt = frag.charFormat()
+            if frag.isValid() and fmt.isImageFormat():
+                alt = fmt.property(_ALT) if _ALT is not None else ""
+                found.append((frag.position(), frag.length(), fmt.toImageFormat().name(), alt or ""))
+            it += 1
+        block = block.next()
+    for pos, length, src, alt in reversed(found):
+        cur = QTextCursor(doc)
+        cur.setPosition(pos)
+        cur.setPosition(pos + length, QTextCursor.KeepAnchor)
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(src)
+        link.setFontUnderline(True)
+        link.setToolTip(src)
+        cur.insertText(f"[image: {alt or src}]", link)
+
+
+def message(parent, icon, title: str, text: str, buttons=QMessageBox.Ok):
+    """QMessageBox with plain text: its default renders anything that looks like HTML."""
+    box = QMessageBox(icon, title, text, buttons, parent)
+    box.setTextFormat(Qt.PlainText)
+    box.exec()
+    return box.standardButton(box.clickedButton())
