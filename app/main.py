@@ -9,6 +9,10 @@ ENGINE_COMMANDS = {"generate", "bench", "make-test-models", "models"}
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--template-worker"]:  # the bundle's chat-template helper process
+        from engine.template_sandbox import worker_main
+
+        return worker_main()
     if argv and argv[0] in ENGINE_COMMANDS:
         from engine.cli import main as engine_main
 

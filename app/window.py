@@ -512,7 +512,7 @@ class MainWindow(QMainWindow):
 
     def stop(self):
         if self._active:
-            self.worker.cancel()
+            self.worker.cancel(self._active["rid"])
             self._compare_queue.clear()
 
     # ---- compare ---------------------------------------------------------------------
@@ -601,7 +601,7 @@ class MainWindow(QMainWindow):
         self._update_controls()
         if a["kind"] == "compare":
             self._compare_queue.clear()
-            self.compare_page.failed(msg)
+            self.compare_page.failed(msg or "stopped before both runs finished")
             return
         w = a["widget"]
         if w.text:  # an error mid-reply: keep what was written
@@ -613,7 +613,7 @@ class MainWindow(QMainWindow):
             w.setParent(None)
             w.deleteLater()
         self._mark_last()
-        if self._closing:
+        if self._closing or kind == "cancelled":
             return
         if kind == "overflow":
             ans = message(self, QMessageBox.Question, "Conversation too long",

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine import TandemError
 from engine.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError
+from engine.template_sandbox import RenderCancelled
 from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
 
@@ -27,15 +28,20 @@ class EngineWorker(QObject):
     load_progress = Signal(str, float)  # which model, fraction
     stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
     finished = Signal(int, dict)  # request id, {"answer", "thinking", "origins", "stats", "timeline", ...}
-    failed = Signal(int, str, str)  # request id, kind ("overflow" | "error"), message
+    failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled"), message
 
     def __init__(self):
         super().__init__()
         self.engine = None
         self._closing = False
+        self._stopped_rid = 0  # requests up to this id were stopped by the user
 
     # -- called from the GUI thread directly: only touches thread-safe state ---------
-    def cancel(self) -> None:
+    def cancel(self, rid: int | None = None) -> None:
+        """Stop request `rid` (and any earlier one), also if it has not started yet: the
+        request id is remembered, because starting a generation clears the engine's flag."""
+        if rid is not None:
+            self._stopped_rid = max(self._stopped_rid, rid)
         e = self.engine
         if e is not None:
             e.cancel()
@@ -81,7 +87,11 @@ class EngineWorker(QObject):
         if self.engine is None:
             self.failed.emit(rid, "error", "No model is loaded.")
             return
-        if self._closing:
+        def stopped() -> bool:
+            return self._closing or rid <= self._stopped_rid
+
+        if stopped():
+            self.failed.emit(rid, "cancelled", "")
             return
         e = self.engine
         try:
@@ -91,10 +101,15 @@ class EngineWorker(QObject):
             gc = GenerationConfig(max_tokens=int(cfg.get("max_tokens", 1024)), use_mtp=bool(cfg.get("use_mtp", True)),
                                   draft_max=int(cfg.get("draft_max", 3)), sampling=sp, seed=cfg.get("seed"))
             if cfg.get("drop_oldest"):
-                messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)))
+                messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)), stopped)
             if cfg.get("fresh"):
                 e.reset()  # compare mode: both runs start from an empty cache
-            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)))
+            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)), should_stop=stopped)
+            if stopped():  # a Stop that came while the prompt was prepared
+                e.cancel()
+        except RenderCancelled:
+            self.failed.emit(rid, "cancelled", "")
+            return
         except ContextOverflowError as err:
             self.failed.emit(rid, "overflow", str(err))
             return

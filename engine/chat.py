@@ -2,18 +2,18 @@
 Gemma 4 output into thinking and answer text.
 
 Templates come from model files, i.e. from outside: they are rendered in an
-ImmutableSandboxedEnvironment (no attribute tricks, no mutation of our objects), and
-nothing in a template or in model output is ever executed or loaded.
+ImmutableSandboxedEnvironment (no attribute tricks, no mutation of our objects) inside a
+helper process that bounds their time, memory and output, and nothing in a template or in
+model output is ever executed or loaded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from jinja2 import TemplateError as JinjaTemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from typing import Callable
 
 from .errors import TemplateError
+from .template_sandbox import max_output_chars, shared_renderer
 
 CHANNEL_OPEN = "<|channel>"
 CHANNEL_CLOSE = "<channel|>"
@@ -26,14 +26,6 @@ FALLBACK_TEMPLATE = (
 )
 
 
-def _raise(msg):
-    raise JinjaTemplateError(msg)
-
-
-_env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
-_env.globals["raise_exception"] = _raise
-
-
 @dataclass(frozen=True)
 class ChatTemplate:
     source: str
@@ -41,25 +33,22 @@ class ChatTemplate:
     eos_token: str = ""
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               enable_thinking: bool = False) -> str:
+               enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None) -> str:
+        """Render in the sandbox process (bounded time, memory and output; see
+        template_sandbox). `should_stop` is polled while waiting: True abandons the render."""
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("content"), str):
                 raise TemplateError("a chat message must be a {'role': ..., 'content': text} mapping")
             if m.get("role") not in ("system", "user", "assistant"):
                 raise TemplateError(f"unknown message role {m.get('role')!r}")
-        try:
-            tmpl = _env.from_string(self.source)
-            return tmpl.render(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                enable_thinking=enable_thinking,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
-        except JinjaTemplateError as e:
-            raise TemplateError(f"the model's chat template failed: {e}") from None
-        except Exception as e:  # sandbox SecurityError, type errors inside the template, ...
-            raise TemplateError(f"the model's chat template failed: {type(e).__name__}: {e}") from None
+        variables = {
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "add_generation_prompt": add_generation_prompt,
+            "enable_thinking": enable_thinking,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+        }
+        return shared_renderer().render(self.source, variables, max_output_chars(messages), should_stop)
 
 
 class ChannelSplitter:

@@ -11,6 +11,7 @@ of the previous generation is kept and only the new suffix of a prompt is decode
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class Engine:
         self._busy = threading.Lock()
         self._piece_cache: dict[int, bytes] = {}
         self._control: dict[int, str | None] = {}
+        self._control_text_cache: dict[str, bool] = {}
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(
@@ -162,25 +164,104 @@ class Engine:
         return bool(lib.llama_vocab_is_eog(self.rt.vocab, tok))
 
     # ---- chat --------------------------------------------------------------------------
-    def format_chat(self, messages: list[dict], enable_thinking: bool = False) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking)
+    def format_chat(self, messages: list[dict], enable_thinking: bool = False,
+                    should_stop: Callable[[], bool] | None = None) -> list[int]:
+        """The prompt tokens of a chat. The template's own markup may contain control tokens;
+        the messages' text never becomes one: '<end_of_turn>' typed by the user (or written
+        by the model as plain text) stays plain text."""
+        text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                    should_stop=should_stop)
+        if not any(self._has_control_text(m["content"]) for m in messages):
+            return self.tokenize(text, add_special=False, parse_special=True)
+        spans = self._message_spans(text, messages, enable_thinking, should_stop)
+        if spans is None:  # the template changed the text beyond recognition: defuse the markers
+            return self._format_defused(messages, enable_thinking, should_stop)
+        tokens, pos = [], 0
+        for start, end in spans:
+            tokens += self.tokenize(text[pos:start], add_special=False, parse_special=True) if start > pos else []
+            tokens += self.tokenize(text[start:end], add_special=False, parse_special=False)
+            pos = end
+        return tokens + (self.tokenize(text[pos:], add_special=False, parse_special=True) if pos < len(text) else [])
+
+    def _message_spans(self, text, messages, enable_thinking, should_stop) -> list[tuple[int, int]] | None:
+        """Where each message's text sits in the rendered prompt: render again with a marker
+        in place of each message, then match the real render piece by piece (a template may
+        trim a message). None if the two renders do not line up."""
+        marks = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+        probe = self.template.render(marks, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                     should_stop=should_stop)
+        parts = re.split("\ue000(\\d+)\ue001", probe)  # piece, index, piece, index, ..., piece
+        spans, pos = [], 0
+        for j in range(0, len(parts) - 1, 2):
+            if int(parts[j + 1]) >= len(messages):
+                return None
+            piece, content, after = parts[j], messages[int(parts[j + 1])]["content"], parts[j + 2]
+            if not text.startswith(piece, pos):
+                return None
+            pos += len(piece)
+            for cand in (content, content.strip()):
+                if text.startswith(cand, pos) and text.startswith(after, pos + len(cand)):
+                    spans.append((pos, pos + len(cand)))
+                    pos += len(cand)
+                    break
+            else:
+                return None
+        return spans if text[pos:] == parts[-1] else None
+
+    def _has_control_text(self, text: str) -> bool:
+        if text not in self._control_text_cache:
+            if len(self._control_text_cache) > 4096:
+                self._control_text_cache.clear()
+            self._control_text_cache[text] = (
+                self.tokenize(text, add_special=False, parse_special=True)
+                != self.tokenize(text, add_special=False, parse_special=False))
+        return self._control_text_cache[text]
+
+    def _format_defused(self, messages, enable_thinking, should_stop) -> list[int]:
+        """Fallback: a word joiner after the first character of every control-token text in
+        the messages, so none of them can be read as the token."""
+        out = []
+        for m in messages:
+            c = m["content"]
+            for tok in set(self.tokenize(c, add_special=False, parse_special=True)):
+                marker = self._control_text(tok)
+                if marker:
+                    c = c.replace(marker, marker[0] + "\u2060" + marker[1:])
+            out.append({**m, "content": c})
+        text = self.template.render(out, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                    should_stop=should_stop)
         return self.tokenize(text, add_special=False, parse_special=True)
 
-    def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False) -> list[dict]:
+    def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
+                          should_stop: Callable[[], bool] | None = None) -> list[dict]:
         """Remove the oldest user/assistant exchanges (keeping a system message and the last
         user message) until the prompt leaves room to answer; what a user accepts when told
-        the conversation no longer fits."""
+        the conversation no longer fits. Binary search over how many to drop: a prompt only
+        gets shorter as exchanges go, so this renders the chat O(log n) times, not n."""
         msgs = list(messages)
         head = [m for m in msgs[:1] if m.get("role") == "system"]
         body = msgs[len(head):]
         room = max(64, self.n_ctx // 8)
-        while len(body) > 1 and len(self.format_chat(head + body, enable_thinking)) + room > self.n_ctx:
-            body = body[2:] if len(body) > 2 and body[1].get("role") == "assistant" else body[1:]
-        return head + body
+        cuts = [0]  # body[cuts[j]:] is what remains after dropping j exchanges
+        while len(body) - cuts[-1] > 1:
+            c = cuts[-1]
+            cuts.append(c + (2 if len(body) - c > 2 and body[c + 1].get("role") == "assistant" else 1))
+
+        def fits(j):
+            return len(self.format_chat(head + body[cuts[j]:], enable_thinking, should_stop)) + room <= self.n_ctx
+
+        lo, hi = 0, len(cuts) - 1  # the answer is in [lo, hi]; hi (one message left) is the floor
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return head + body[cuts[lo]:]
 
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
-             enable_thinking: bool = False) -> Iterator[GenerationEvent]:
-        return self.generate(self.format_chat(messages, enable_thinking), config)
+             enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
+        return self.generate(self.format_chat(messages, enable_thinking, should_stop), config)
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
