@@ -117,12 +117,27 @@ def run_gui(argv: list[str]) -> int:
     app.setOrganizationName("Tandem")
     app.setDesktopFileName("io.github.tandem_chat.Tandem")
     app.setWindowIcon(app_icon())
+    from .single_instance import SingleInstance
+    from .store import default_db_path
+
+    instance = SingleInstance(default_db_path())
+    if not args.smoke_test and not instance.acquire():
+        shown = instance.ask_owner_to_show()
+        print("Tandem is already running" + ("; its window was brought to the front." if shown else "."))
+        return 0
     settings = Settings()
     if args.model:
         settings["target"] = args.model
         settings["drafter"] = args.drafter or ""
     apply_theme(app, settings["theme"])
     win = MainWindow(settings)
+
+    def bring_forward():
+        win.showNormal()
+        win.raise_()
+        win.activateWindow()
+
+    instance.on_show = bring_forward
     try:  # follow the desktop switching between light and dark while running (Qt >= 6.5)
         app.styleHints().colorSchemeChanged.connect(lambda *_: win.settings["theme"] == "system" and (
             apply_theme(app, "system"), [w.refresh() for w in win._message_widgets()]))
@@ -135,4 +150,7 @@ def run_gui(argv: list[str]) -> int:
         QTimer.singleShot(0, lambda: show_previous_crash(win, crashed))
     if not settings["target"] and not args.smoke_test:
         QTimer.singleShot(0, win.show_welcome)  # first run: nothing to chat with yet
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        instance.release()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
@@ -52,7 +54,7 @@ class SettingsDialog(QDialog):
             "target_gpu_layers": spin("target_gpu_layers", -1, 999, "Model layers on the GPU (-1 = all)"),
             "drafter_gpu_layers": spin("drafter_gpu_layers", -1, 999, "Drafter layers on the GPU (-1 = all)"),
             "n_ctx": spin("n_ctx", 256, 262144, "Context size in tokens"),
-            "threads": spin("threads", 0, 256, "CPU threads (0 = physical cores)"),
+            "threads": spin("threads", 0, os.cpu_count() or 1, "CPU threads (0 = physical cores)"),
             "temperature": dspin("temperature", 0.0, 2.0, 0.05),
             "top_k": spin("top_k", 0, 1000, "0 = off"),
             "top_p": dspin("top_p", 0.01, 1.0, 0.01),

@@ -1,12 +1,15 @@
 """Conversations on disk: SQLite in WAL mode under the platformdirs user data folder.
 
 Messages are written while they stream (at most about once a second), so a crash loses at
-most the last second of a reply. No Qt here.
+most the last second of a reply. A daily backup (SQLite's online backup API) is kept next to
+the database, and a damaged database is moved aside and rebuilt from it. No Qt here.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -64,15 +67,125 @@ def default_db_path() -> Path:
     return d / "conversations.sqlite3"
 
 
+BACKUP_INTERVAL_S = 24 * 3600  # a backup a day while the app is used
+BACKUPS_KEPT = 3
+
+
 class Store:
+    """The chat database. A damaged file never stops the app: it is moved aside, the newest
+    backup is restored, whatever rows can still be read are added back, and `recovered`
+    says so in one message for the user."""
+
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.backup_dir = self.path.parent / "backups"
+        self.recovered: str | None = None
+        try:
+            self._open()
+            if self.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("integrity check failed")
+        except sqlite3.OperationalError:
+            raise  # locked, read-only, disk full: not damage, nothing to move aside
+        except sqlite3.DatabaseError as e:  # not a database, malformed
+            self._recover(e)
+        self.backup_if_due()
+
+    def _open(self) -> None:
         self.db = sqlite3.connect(str(self.path))
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
         self.db.commit()
+
+    # ---- damage and backups -------------------------------------------------------------
+    def _recover(self, error: Exception) -> None:
+        try:
+            self.db.close()
+        except Exception:
+            pass
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        os.replace(self.path, damaged)
+        for suffix in ("-wal", "-shm"):  # SQLite's side files belong to the damaged copy
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                os.replace(side, damaged.with_name(damaged.name + suffix))
+        backup = self._newest_backup()
+        if backup is not None:
+            shutil.copyfile(backup, self.path)
+        self._open()
+        salvaged = self._salvage(damaged)
+        n = self.db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0]
+        source = f"the backup of {time.strftime('%Y-%m-%d %H:%M', time.localtime(backup.stat().st_mtime))}" \
+            if backup else "no backup"
+        self.recovered = (f"The chat history file was damaged ({error}). It was kept as {damaged}. "
+                          f"Restored {n} chats from {source}"
+                          + (f" and {salvaged} messages still readable in the damaged file." if salvaged else "."))
+
+    def _salvage(self, damaged: Path) -> int:
+        """Copy every row still readable in the damaged file that the restored database
+        lacks; reading stops at the first damaged page of each table."""
+        added = 0
+        try:
+            old = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return 0
+        try:
+            for table, cols in (("conversations", "id, title, created, updated, settings"),
+                                ("messages", "id, conversation_id, role, content, thinking, stats, origins, created")):
+                try:
+                    for row in old.execute(f"SELECT {cols} FROM {table} ORDER BY id"):
+                        try:
+                            cur = self.db.execute(f"INSERT OR IGNORE INTO {table}({cols}) VALUES "
+                                                  f"({','.join('?' * len(row))})", row)
+                            added += cur.rowcount if table == "messages" else 0
+                        except sqlite3.Error:  # e.g. a message whose chat was lost
+                            continue
+                except sqlite3.Error:
+                    continue
+            self.db.commit()
+        finally:
+            old.close()
+        return added
+
+    def _backups(self) -> list[Path]:
+        return sorted(self.backup_dir.glob("conversations-*.sqlite3")) if self.backup_dir.is_dir() else []
+
+    def _newest_backup(self) -> Path | None:
+        for b in reversed(self._backups()):
+            try:
+                con = sqlite3.connect(f"file:{b}?mode=ro", uri=True)
+                try:
+                    if con.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+                        return b
+                finally:
+                    con.close()
+            except sqlite3.Error:
+                continue
+        return None
+
+    def backup_if_due(self, now: float | None = None) -> Path | None:
+        """A consistent copy with SQLite's online backup API, at most once per interval;
+        the newest BACKUPS_KEPT are kept."""
+        now = time.time() if now is None else now
+        backups = self._backups()
+        if backups and now - backups[-1].stat().st_mtime < BACKUP_INTERVAL_S:
+            return None
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        dest = self.backup_dir / f"conversations-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.sqlite3"
+        try:
+            target = sqlite3.connect(str(dest))
+            try:
+                self.db.backup(target)
+            finally:
+                target.close()
+        except sqlite3.Error:
+            dest.unlink(missing_ok=True)
+            return None
+        for old in self._backups()[:-BACKUPS_KEPT]:
+            old.unlink(missing_ok=True)
+        return dest
 
     def close(self) -> None:
         self.db.close()

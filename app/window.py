@@ -53,6 +53,9 @@ class MainWindow(QMainWindow):
             self.load_models(self.settings["target"], self.settings.get("drafter") or "")
         else:
             self._set_model_label(None)
+        if self.store.recovered:
+            QTimer.singleShot(0, lambda: message(self, QMessageBox.Warning, "Chat history recovered",
+                                                 self.store.recovered))
 
     # ---- construction ----------------------------------------------------------------
     def _build_ui(self):

@@ -181,7 +181,7 @@ def test_close_while_generating_exits_cleanly_and_saves(qtbot, tmp_path, tiny):
 def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, monkeypatch):
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked = []
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.Yes)
+    monkeypatch.setattr("app.window.message", lambda parent, icon, title, text, *a: asked.append(text) or QMessageBox.Yes)
     for i in range(8):
         send(qtbot, w, f"question number {i} " + "word " * 12)
     assert asked and "context" in asked[0]
@@ -282,3 +282,68 @@ def test_stopping_a_comparison_leaves_the_window_usable(qtbot, win):
     qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: "stopped" in win.compare_page.verdict.text(), timeout=TIMEOUT)
     assert win.send_btn.text() == "Send" and win.compare_btn.isEnabled()
+
+
+def test_damaged_chat_database_is_recovered_and_the_user_told(qtbot, tmp_path, tiny, monkeypatch):
+    db = tmp_path / "chats.sqlite3"
+    s = Store(db)
+    cid = s.create_conversation("Kept chat")
+    s.add_message(cid, "user", "remember me")
+    assert s.backup_if_due(now=time.time() + 2 * 86400) is not None  # a day later: a backup
+    late = s.create_conversation("After the backup")
+    s.add_message(late, "user", "newer")
+    s.close()
+    db.write_bytes(b"this is not a database" * 100)  # damaged beyond reading
+    shown = []
+    monkeypatch.setattr("app.window.message", lambda parent, icon, title, text, *a: shown.append((title, text)))
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
+    qtbot.waitUntil(lambda: bool(shown), timeout=5000)
+    title, text = shown[0]
+    damaged = list(tmp_path.glob("chats.sqlite3.damaged-*"))
+    assert len(damaged) == 1 and damaged[0].read_bytes().startswith(b"this is not")
+    assert str(damaged[0]) in text and "backup" in text
+    assert [c.title for c in w.store.conversations()] == ["Kept chat"]
+    assert w.store.messages(w.store.conversations()[0].id)[0].content == "remember me"
+    w.close()
+
+
+def test_damaged_pages_keep_readable_rows_without_a_backup(tmp_path):
+    db = tmp_path / "chats.sqlite3"
+    s = Store(db)
+    for b in s._backups():
+        b.unlink()  # no backup to fall back on
+    cid = s.create_conversation("Big chat")
+    for i in range(400):
+        s.add_message(cid, "user", f"message {i} " + "x" * 500)
+    s.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    data = bytearray(db.read_bytes())
+    page = 4096
+    data[-3 * page:-2 * page] = b"\xff" * page  # one damaged page near the end
+    db.write_bytes(bytes(data))
+    s = Store(db)
+    try:
+        assert s.recovered and "damaged" in s.recovered
+        assert [c.title for c in s.conversations()] == ["Big chat"]
+        assert 0 < len(s.messages(cid)) <= 400
+    finally:
+        s.close()
+
+
+def test_second_start_brings_the_running_window_forward(qtbot, tmp_path):
+    from app.single_instance import SingleInstance
+
+    shown = []
+    first = SingleInstance(tmp_path / "chats.sqlite3", on_show=lambda: shown.append(True))
+    assert first.acquire()
+    second = SingleInstance(tmp_path / "chats.sqlite3")
+    assert not second.acquire()  # the database is taken
+    assert second.ask_owner_to_show()
+    qtbot.waitUntil(lambda: bool(shown), timeout=5000)
+    other_db = SingleInstance(tmp_path / "other.sqlite3")
+    assert other_db.acquire()  # another database is another instance
+    other_db.release()
+    first.release()
+    third = SingleInstance(tmp_path / "chats.sqlite3")
+    assert third.acquire()  # free again once the owner is gone
+    third.release()
