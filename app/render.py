@@ -67,6 +67,8 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[s
                 cur.insertMarkdown(body, MD_FEATURES)
                 cur.movePosition(QTextCursor.End)
         else:
+            if cur.block().length() > 1:  # the label starts its own line, not the paragraph's end
+                cur.insertBlock()
             n = len(blocks)
             blocks.append(body)
             label = html.escape(lang or "code")

@@ -11,7 +11,7 @@ and labels and message boxes that show plain text.
 from __future__ import annotations
 
 from PySide6.QtCore import QUrl, Qt
-from PySide6.QtGui import QDesktopServices, QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 from PySide6.QtWidgets import QMessageBox, QTextBrowser
 
 _ALT = getattr(QTextFormat, "ImageAltText", None)  # Qt >= 6.? keeps Markdown's alt text
@@ -78,6 +78,7 @@ def images_to_links(doc: QTextDocument) -> None:
         link.setAnchor(True)
         link.setAnchorHref(src)
         link.setFontUnderline(True)
+        link.setForeground(QGuiApplication.palette().link())
         link.setToolTip(src)
         cur.insertText(f"[image: {alt or src}]", link)
 

@@ -87,3 +87,11 @@ def test_window_starts_with_a_hostile_chat_as_the_newest(qtbot, tmp_path, tiny):
         assert reply.body.document().size().height() < 150
     finally:
         w.close()
+
+
+def test_code_block_label_starts_its_own_line(qtbot):
+    from app.render import render_markdown
+
+    doc = QTextDocument()
+    render_markdown(doc, "See [the docs](https://example.com).\n\n```python\nprint(1)\n```\n")
+    assert doc.toPlainText().startswith("See the docs.\npython")
