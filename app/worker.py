@@ -15,9 +15,9 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine import TandemError
 from engine.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError
-from engine.template_sandbox import RenderCancelled
 from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
+from engine.template_sandbox import RenderCancelled
 
 EMIT_INTERVAL_S = 1 / 30
 

@@ -218,14 +218,15 @@ class Engine:
         return self._control_text_cache[text]
 
     def _format_defused(self, messages, enable_thinking, should_stop) -> list[int]:
-        """Fallback: a word joiner after the first character of every control-token text in
+        """Fallback: a word joiner after the first character of every special-token text in
         the messages, so none of them can be read as the token."""
         out = []
         for m in messages:
             c = m["content"]
-            for tok in set(self.tokenize(c, add_special=False, parse_special=True)):
-                marker = self._control_text(tok)
-                if marker:
+            special = set(self.tokenize(c, add_special=False, parse_special=True))
+            for tok in special - set(self.tokenize(c, add_special=False, parse_special=False)):
+                marker = self._token_text(tok)
+                if len(marker) > 1:
                     c = c.replace(marker, marker[0] + "\u2060" + marker[1:])
             out.append({**m, "content": c})
         text = self.template.render(out, add_generation_prompt=True, enable_thinking=enable_thinking,
