@@ -8,11 +8,11 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout)
 
-from engine.catalog import DEFAULT_QUANT, check_fit, load_catalog, recommend
-from engine.download import Downloader, DownloadCancelled, Progress
+from engine.models.catalog import DEFAULT_QUANT, check_fit, load_catalog, recommend
+from engine.models.download import Downloader, DownloadCancelled, Progress
 from engine.errors import TandemError
-from engine.library import Library
-from engine.pairing import find_drafter
+from engine.models.library import Library
+from engine.models.pairing import find_drafter
 
 from .safe_text import message
 
@@ -138,7 +138,7 @@ class WelcomeDialog(QDialog):
         self.library = library or Library()
         self.catalog = load_catalog()
         if budget is None:
-            from engine.hardware import memory_budget
+            from engine.models.hardware import memory_budget
 
             budget = memory_budget()
         self.budget, self.device, desc = budget

@@ -198,7 +198,7 @@ def cmd_make_test_models(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from . import models_cli
+    from .models import cli as models_cli
 
     return models_cli.run(args)
 

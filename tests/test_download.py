@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import find
-from engine.download import Downloader, DownloadCancelled, DownloadError, RemoteFile
+from engine.models.catalog import find
+from engine.models.download import Downloader, DownloadCancelled, DownloadError, RemoteFile
 
 from .hubserver import Hub
 
@@ -151,7 +151,7 @@ def test_cli_models_download_import_verify(hub, tmp_path):
 
 
 def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkeypatch):
-    from engine.library import Library
+    from engine.models.library import Library
 
     from app.settings import Settings
     from app.store import Store
@@ -193,7 +193,7 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
 
 
 def test_download_dialog_cancel(qtbot, hub, tmp_path):
-    from engine.library import Library
+    from engine.models.library import Library
 
     from app.welcome import DownloadDialog
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import COMPUTE_OVERHEAD, CatalogModel, check_fit, kv_cache_bytes, load_catalog, memory_needed, recommend
-from engine.library import Library
-from engine.pairing import find_drafter
+from engine.models.catalog import COMPUTE_OVERHEAD, CatalogModel, check_fit, kv_cache_bytes, load_catalog, memory_needed, recommend
+from engine.models.library import Library
+from engine.models.pairing import find_drafter
 from engine.testmodels import make_test_models
 
 

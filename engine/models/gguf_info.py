@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gguf
 
-from .errors import DrafterMismatchError, ModelFileError
+from ..errors import DrafterMismatchError, ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 TARGET_ARCH = "gemma4"

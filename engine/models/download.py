@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .catalog import CatalogModel
-from .errors import TandemError
+from ..errors import TandemError
 from .gguf_info import DRAFTER_ARCH, TARGET_ARCH, read_gguf_info
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download

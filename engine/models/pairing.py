@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import TandemError
+from ..errors import TandemError
 from .gguf_info import GGUFInfo, check_drafter, read_gguf_info
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .catalog import check_fit, find, load_catalog
 from .download import Downloader, Progress
-from .errors import TandemError
+from ..errors import TandemError
 from .gguf_info import read_gguf_info
 from .library import Library
 from .pairing import find_drafter

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import TandemError
+from ..errors import TandemError
 from .pairing import pair_info
 
 

@@ -63,7 +63,7 @@ def _ggml():
 
 def devices() -> list[Device]:
     """The compute devices llama.cpp sees, with their free and total memory."""
-    from .llama import ensure_backend
+    from ..llama import ensure_backend
 
     ensure_backend()
     lib = _ggml()
