@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout)
 
-from engine.models.catalog import DEFAULT_QUANT, check_fit, load_catalog, recommend
-from engine.models.download import Downloader, DownloadCancelled, Progress
 from engine.errors import TandemError
+from engine.models.catalog import DEFAULT_QUANT, load_catalog
+from engine.models.download import Downloader, DownloadCancelled, Progress
+from engine.models.hardware import Machine
 from engine.models.library import Library
 from engine.models.pairing import find_drafter
+from engine.models.recommend import USABLE_TPS, check_fit, recommend
 
 from .safe_text import message
 
@@ -23,7 +26,7 @@ def _mb(n: float) -> str:
 
 class _DownloadWorker(QObject):
     progress = Signal(dict)
-    finished = Signal(str, str)
+    finished = Signal(str, str, list)  # target, drafter ("" = none), notes
     failed = Signal(str, bool)  # message, cancelled
 
     def __init__(self, downloader: Downloader, model, quant):
@@ -36,14 +39,14 @@ class _DownloadWorker(QObject):
             self.progress.emit({"label": p.label, "file": p.filename, "done": p.done, "total": p.total,
                                 "speed": p.speed, "eta": p.eta_s})
         try:
-            t, d = self.downloader.download_pair(self.model, self.quant, report)
+            res = self.downloader.download_pair(self.model, self.quant, report)
         except DownloadCancelled as e:
             self.failed.emit(str(e), True)
             return
         except (TandemError, OSError) as e:
             self.failed.emit(str(e), False)
             return
-        self.finished.emit(str(t), str(d))
+        self.finished.emit(str(res.target), str(res.drafter or ""), list(res.notes))
 
 
 class DownloadDialog(QDialog):
@@ -55,6 +58,7 @@ class DownloadDialog(QDialog):
         self.setMinimumWidth(560)
         self.model, self.library = model, library
         self.result_paths: tuple[str, str] | None = None
+        self.notes: list[str] = []
         self.error: str | None = None
         lay = QVBoxLayout(self)
         self.bars, self.labels = {}, {}
@@ -100,10 +104,11 @@ class DownloadDialog(QDialog):
         self.labels[p["label"]].setText(
             f"{_mb(p['done'])} of {_mb(p['total'])} · {p['speed'] / 1e6:.1f} MB/s{eta} · {Path(p['file']).name}")
 
-    def _on_finished(self, target: str, drafter: str):
+    def _on_finished(self, target: str, drafter: str, notes: list):
         self._stop_thread()
         self.result_paths = (target, drafter)
-        self.library.add(self.model.name, target, drafter, "download")
+        self.notes = notes
+        self.library.add(self.model.name, target, drafter or None, "download")
         self.accept()
 
     def _on_failed(self, message: str, cancelled: bool):
@@ -130,26 +135,26 @@ class WelcomeDialog(QDialog):
     """Shown when no model is configured: pick (or accept) a recommended pair and get it."""
 
     def __init__(self, parent=None, downloader_args: dict | None = None, library: Library | None = None,
-                 budget: tuple[int, str, str] | None = None):
+                 machine: Machine | None = None):
         super().__init__(parent)
         self.setWindowTitle("Welcome to Tandem")
         self.setMinimumWidth(620)
         self.downloader_args = dict(downloader_args or {})
         self.library = library or Library()
         self.catalog = load_catalog()
-        if budget is None:
-            from engine.models.hardware import memory_budget
+        if machine is None:
+            from engine.models.hardware import this_machine
 
-            budget = memory_budget()
-        self.budget, self.device, desc = budget
+            machine = this_machine()
+        self.machine = machine
         self.chosen: tuple[str, str, int] | None = None  # (target, drafter, draft_max)
 
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("<h2>Welcome to Tandem</h2>"
                              "<p>Tandem runs Google's Gemma 4 on this computer, offline, with its MTP drafter "
                              "for faster answers. Let's get a model.</p>"))
-        lay.addWidget(QLabel(f"<b>This machine:</b> {desc}"))
-        rec = recommend(self.budget, self.device)
+        lay.addWidget(QLabel(f"<b>This machine:</b> {html.escape(machine.description)}"))
+        rec = recommend(machine)
         row = QHBoxLayout()
         self.model_box = QComboBox()
         for m in self.catalog:
@@ -199,8 +204,8 @@ class WelcomeDialog(QDialog):
         self._update_fit()
 
     def _update_fit(self, *_):
-        fit = check_fit(self.current_model(), self.quant_box.currentText(), self.budget, self.device)
-        color = "#b3261e" if fit.spills else "#2e7d32"
+        fit = check_fit(self.current_model(), self.quant_box.currentText(), self.machine)
+        color = "#b3261e" if fit.spills else ("#a15c00" if fit.tps < USABLE_TPS else "#2e7d32")
         self.fit_label.setText(f"<span style='color:{color}'>{fit.explain()}.</span> "
                                f"Download: about {_mb(fit.model.quants[fit.quant] + fit.model.drafter_bytes)}.")
 
@@ -212,7 +217,7 @@ class WelcomeDialog(QDialog):
 
     def download(self):
         m, quant = self.current_model(), self.quant_box.currentText()
-        fit = check_fit(m, quant, self.budget, self.device)
+        fit = check_fit(m, quant, self.machine)
         if fit.spills and QMessageBox.question(self, "Model may not fit", fit.explain() + ".\n\nDownload anyway?") \
                 != QMessageBox.Yes:
             return
@@ -220,6 +225,10 @@ class WelcomeDialog(QDialog):
         self.download_dialog.start()
         if self.download_dialog.exec() == QDialog.Accepted:
             t, d = self.download_dialog.result_paths
+            if not d:
+                message(self, QMessageBox.Information, "Downloaded without a drafter",
+                        f"{m.title} was downloaded, but no MTP drafter pairs with it, so it runs without "
+                        "the speed-up.\n\n" + "\n".join(self.download_dialog.notes))
             self.chosen = (t, d, m.draft_max)
             self.accept()
 

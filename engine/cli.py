@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
     msub.add_parser("list", help="the catalog, what fits this machine, and your models")
     d = msub.add_parser("download", help="download a Gemma 4 model and its MTP drafter")
-    d.add_argument("name", help="a name from `tandem models list`, e.g. gemma-4-e4b")
+    d.add_argument("name", help="a name from `tandem models list` (e.g. gemma-4-e4b), or a repository "
+                                "as owner/name[:QUANT] (e.g. ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M)")
     d.add_argument("--quant", default="Q4_K_M", help="quantization (default Q4_K_M)")
     d.add_argument("--dir", help="download into this folder instead of the Hugging Face cache")
     i = msub.add_parser("import", help="add GGUF files from disk (finds the matching drafter)")

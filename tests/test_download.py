@@ -38,7 +38,8 @@ def dl(hub, tmp_path, **kw):
 
 def test_resolves_names_from_the_file_list_and_downloads_the_pair(hub, tmp_path, tiny):
     events = []
-    t, d = dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M", events.append)
+    res = dl(hub, tmp_path).download_pair(find("gemma-4-e2b"), "Q4_K_M", events.append)
+    t, d = res.target, res.drafter
     assert t.name == TARGET and d.name == Path(DRAFTER).name
     assert t.read_bytes() == Path(tiny["target"]).read_bytes()
     assert str(tmp_path / "hf-cache") in str(t)  # into the (given) Hugging Face cache
@@ -54,7 +55,8 @@ def test_resolves_names_from_the_file_list_and_downloads_the_pair(hub, tmp_path,
 
 
 def test_download_into_a_chosen_folder(hub, tmp_path):
-    t, d = Downloader(endpoint=hub.url, folder=tmp_path / "mine").download_pair(find("gemma-4-e2b"), "Q8_0")
+    res = Downloader(endpoint=hub.url, folder=tmp_path / "mine").download_pair(find("gemma-4-e2b"), "Q8_0")
+    t, d = res.target, res.drafter
     assert t == tmp_path / "mine" / "gemma-4-E2B-it-Q8_0.gguf"
     assert d == tmp_path / "mine" / DRAFTER
 
@@ -157,13 +159,16 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
     from app.store import Store
     from app.welcome import DownloadDialog, WelcomeDialog
     from app.window import MainWindow
+    from engine.models.hardware import Machine
 
     win = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"))
     qtbot.addWidget(win)
     assert win.model_info is None  # first run: nothing configured
     lib = Library(tmp_path / "models.json")
     args = {"endpoint": hub.url, "cache_dir": tmp_path / "hf-cache"}
-    dlg = WelcomeDialog(win, args, lib, budget=(8 * 10**9, "GPU", "test GPU: 8 GB free"))
+    dlg = WelcomeDialog(win, args, lib, machine=Machine(ram_budget=16 * 10**9, cpu_bandwidth=20e9, gpu_name="test GPU",
+                                                        gpu_budget=8 * 10**9, gpu_bandwidth=272e9,
+                                                        description="test GPU: 8 GB free"))
     qtbot.addWidget(dlg)
     # 8 GB: E4B Q4_K_M (5.0 GB + drafter + KV) fits, the 12B does not
     assert dlg.current_model().name == "gemma-4-e4b"

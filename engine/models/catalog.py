@@ -1,13 +1,21 @@
-"""The Gemma 4 catalog (resources/catalog.json) and what fits on this machine."""
+"""The Gemma 4 catalog (resources/catalog.json) and the memory a model needs."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 
 DEFAULT_QUANT = "Q4_K_M"
 COMPUTE_OVERHEAD = 300 * 2**20  # compute buffers, logits and scratch: a conservative flat allowance
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str
+    qat: bool = False  # quantization-aware-trained files
+    drafter_only: bool = False  # a repository of drafters (community conversions)
 
 
 @dataclass(frozen=True)
@@ -17,27 +25,33 @@ class CatalogModel:
     summary: str
     context_length: int
     draft_max: int
-    target_repo: str
-    target_pattern: str
     quants: dict  # quant -> approximate target bytes
-    drafter_sources: list  # [{"repo", "pattern"}], tried in order
+    sources: tuple  # Source, in order of preference
     drafter_bytes: int
     shape: dict
+    active_fraction: float = 1.0  # share of the target's bytes read per generated token
+    mtp_note: str = ""  # said to the user where MTP gains little
 
-    def target_glob(self, quant: str) -> str:
-        return self.target_pattern.replace("{quant}", quant)
+    def target_sources(self) -> list[Source]:
+        return [s for s in self.sources if not s.drafter_only]
+
+
+REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
 
 def load_catalog() -> list[CatalogModel]:
     data = json.loads(resources.files("resources").joinpath("catalog.json").read_text("utf-8"))
     out = []
     for m in data["models"]:
+        sources = tuple(Source(s["repo"], bool(s.get("qat", False)), bool(s.get("drafter_only", False)))
+                        for s in m["sources"])
+        assert all(REPO_RE.fullmatch(s.repo) for s in sources), m["name"]
         out.append(CatalogModel(
             name=m["name"], title=m["title"], summary=m.get("summary", ""),
             context_length=int(m["context_length"]), draft_max=int(m["draft_max"]),
-            target_repo=m["target"]["repo"], target_pattern=m["target"]["pattern"],
-            quants={q: int(b) for q, b in m["target"]["quants"].items()},
-            drafter_sources=list(m["drafter"]), drafter_bytes=int(m["drafter_bytes"]), shape=dict(m["shape"])))
+            quants={q: int(b) for q, b in m["quants"].items()}, sources=sources,
+            drafter_bytes=int(m["drafter_bytes"]), shape=dict(m["shape"]),
+            active_fraction=float(m.get("active_fraction", 1.0)), mtp_note=m.get("mtp_note", "")))
     return out
 
 
@@ -46,7 +60,17 @@ def find(name: str, catalog: list[CatalogModel] | None = None) -> CatalogModel:
     for m in catalog:
         if m.name == name.lower():
             return m
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(m.name for m in catalog)}")
+    raise ValueError(f"unknown model {name!r}; known: {', '.join(m.name for m in catalog)}, "
+                     "or a repository as owner/name[:QUANT]")
+
+
+def model_for_repo(repo: str, catalog: list[CatalogModel] | None = None) -> CatalogModel | None:
+    """The catalog model one of whose sources is `repo` (Hub names are case-insensitive)."""
+    catalog = catalog if catalog is not None else load_catalog()
+    for m in catalog:
+        if any(s.repo.lower() == repo.lower() for s in m.sources):
+            return m
+    return None
 
 
 def kv_cache_bytes(shape: dict, n_ctx: int, n_ubatch: int = 512, bytes_per_value: int = 2) -> int:
@@ -70,39 +94,3 @@ def memory_needed(model: CatalogModel, quant: str, n_ctx: int) -> int:
     """Bytes for target weights + drafter weights + KV cache + compute buffers.
     The drafter shares the target's KV cache, so it adds only weights."""
     return model.quants[quant] + model.drafter_bytes + kv_cache_bytes(model.shape, n_ctx) + COMPUTE_OVERHEAD
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    model: CatalogModel
-    quant: str
-    needed: int
-    budget: int
-    device: str  # "GPU" or "CPU"
-    spills: bool  # True: does not fit the device; a GPU would spill to system RAM
-
-    def explain(self) -> str:
-        gb = 1e9
-        s = (f"{self.model.title} {self.quant} + MTP drafter needs about {self.needed / gb:.1f} GB "
-             f"({self.device} has {self.budget / gb:.1f} GB usable)")
-        if self.spills:
-            s += ("; it does not fit, and on GPUs that silently spill to system memory MTP becomes "
-                  "slower than plain decoding")
-        return s
-
-
-def recommend(budget_bytes: int, device: str, n_ctx: int = 8192,
-              catalog: list[CatalogModel] | None = None, quant: str = DEFAULT_QUANT) -> Recommendation:
-    """The largest pair whose weights, drafter, KV cache and buffers fit in budget_bytes."""
-    catalog = catalog if catalog is not None else load_catalog()
-    fitting = [m for m in catalog if quant in m.quants and memory_needed(m, quant, n_ctx) <= budget_bytes]
-    if fitting:
-        best = max(fitting, key=lambda m: m.quants[quant])
-        return Recommendation(best, quant, memory_needed(best, quant, n_ctx), budget_bytes, device, False)
-    smallest = min(catalog, key=lambda m: m.quants[quant])
-    return Recommendation(smallest, quant, memory_needed(smallest, quant, n_ctx), budget_bytes, device, True)
-
-
-def check_fit(model: CatalogModel, quant: str, budget_bytes: int, device: str, n_ctx: int = 8192) -> Recommendation:
-    needed = memory_needed(model, quant, n_ctx)
-    return Recommendation(model, quant, needed, budget_bytes, device, needed > budget_bytes)

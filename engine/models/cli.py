@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .catalog import check_fit, find, load_catalog
-from .download import Downloader, Progress
 from ..errors import TandemError
+from .catalog import DEFAULT_QUANT, find, load_catalog
+from .download import Downloader, Progress
 from .gguf_info import read_gguf_info
 from .library import Library
 from .pairing import find_drafter
@@ -20,17 +20,27 @@ def _fmt_progress(p: Progress) -> str:
 
 
 def cmd_list(args) -> int:
-    from .hardware import memory_budget
+    from .hardware import this_machine
+    from .recommend import check_fit, recommend
 
-    budget, device, desc = memory_budget()
-    print(f"This machine: {desc}\n")
+    machine = this_machine()
+    print(f"This machine: {machine.description}\n")
     lib = Library()
     have = {e.name for e in lib.entries()}
-    for m in load_catalog():
-        fit = check_fit(m, "Q4_K_M", budget, device)
-        mark = "downloaded" if m.name in have else ("fits" if not fit.spills else "too big")
-        print(f"  {m.name:<18} {m.title:<24} Q4_K_M ~{fit.needed / 1e9:5.1f} GB  k={m.draft_max}  [{mark}]  {m.summary}")
-    others = [e for e in lib.entries() if e.name not in {m.name for m in load_catalog()}]
+    catalog = load_catalog()
+    best = recommend(machine, catalog)
+    print(f"  {'model':<18} {'':<22} {'Q4_K_M':>9} {'fit':<8} {'tok/s':>6}  k")
+    for m in catalog:
+        fit = check_fit(m, DEFAULT_QUANT, machine)
+        mark = "fits" if not fit.spills else "too big"
+        tags = (["recommended"] if m is best.model else []) + (["downloaded"] if m.name in have else [])
+        print(f"  {m.name:<18} {m.title:<22} {fit.needed / 1e9:6.1f} GB {mark:<8} {fit.tps:6.1f}  {m.draft_max}"
+              f"  {' '.join(f'[{t}]' for t in tags)} {m.summary}")
+        if m.mtp_note:
+            print(f"  {'':<18} note: {m.mtp_note}")
+    print("\nSizes: target + drafter + KV cache for 8K tokens + buffers. tok/s: plain decoding estimated from "
+          "memory bandwidth (MTP adds to it where the drafter is accepted).")
+    others = [e for e in lib.entries() if e.name not in {m.name for m in catalog}]
     if others:
         print("\nImported:")
         for e in others:
@@ -39,12 +49,20 @@ def cmd_list(args) -> int:
 
 
 def cmd_download(args) -> int:
-    model = find(args.name)
     d = Downloader(folder=args.dir)
-    t, dr = d.download_pair(model, args.quant, lambda p: sys.stderr.write(_fmt_progress(p)))
+    if "/" in args.name:  # a repository, as llama.cpp's -hf takes it
+        repo, _, quant = args.name.partition(":")
+        plan, model = d.plan_repo(repo, quant or args.quant)
+        name = model.name if model else repo
+    else:
+        model = find(args.name)
+        plan, name = d.plan(model, args.quant), model.name
+    res = d.download_plan(plan, lambda p: sys.stderr.write(_fmt_progress(p)))
     sys.stderr.write("\n")
-    Library().add(model.name, t, dr, "download")
-    print(f"target:  {t}\ndrafter: {dr}")
+    for note in res.notes:
+        sys.stderr.write(f"note: {note}\n")
+    Library().add(name, res.target, res.drafter, "download")
+    print(f"target:  {res.target}\ndrafter: {res.drafter or 'none (MTP is off for this model)'}")
     return 0
 
 

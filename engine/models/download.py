@@ -8,7 +8,6 @@ size and SHA-256 are verified afterwards. HF_HUB_OFFLINE is honoured.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
 import re
@@ -19,9 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from .catalog import CatalogModel
 from ..errors import TandemError
-from .gguf_info import DRAFTER_ARCH, TARGET_ARCH, read_gguf_info
+from .catalog import REPO_RE, CatalogModel, Source, model_for_repo
+from .gguf_info import TARGET_ARCH, check_drafter, read_gguf_info
+from .repo_files import drafter_files, is_qat, pick_target, precision_rank
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -43,6 +43,21 @@ class RemoteFile:
     path: str
     size: int
     sha256: str | None
+
+
+@dataclass
+class Plan:
+    target: RemoteFile
+    drafters: list  # RemoteFile candidates, best first
+    notes: list  # what was tried and did not work, for the user
+    qat: bool  # the target is quantization-aware-trained
+
+
+@dataclass
+class PairDownload:
+    target: Path
+    drafter: Path | None  # None: no drafter pairs with this target; `notes` says why
+    notes: list
 
 
 @dataclass
@@ -112,6 +127,7 @@ class Downloader:
         self.folder = Path(folder) if folder else None  # None = the Hugging Face cache
         self.cache_dir = str(cache_dir) if cache_dir else None
         self._cancel = threading.Event()
+        self._probed = False
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -122,7 +138,9 @@ class Downloader:
 
         if offline_mode():
             raise DownloadError("offline: HF_HUB_OFFLINE is set, so the Hub's file list cannot be read")
-        self._probe()
+        if not self._probed:
+            self._probe()
+            self._probed = True
         try:
             api = HfApi(endpoint=self.endpoint, token=self.token)
             out = []
@@ -154,32 +172,61 @@ class Downloader:
                                 "check the connection, or set HF_HUB_OFFLINE=1 to use downloaded "
                                 "files only") from None
 
-    def resolve(self, model: CatalogModel, quant: str) -> tuple[RemoteFile, RemoteFile]:
-        """Pick the target file for `quant` and the first drafter source that has a match."""
+    def plan(self, model: CatalogModel, quant: str) -> Plan:
+        """The target for `quant` from the first source that has one, and every drafter
+        candidate of every source, best first (see Plan)."""
         if quant not in model.quants:
             raise DownloadError(f"{model.title} has no {quant} build here; choose one of {', '.join(model.quants)}")
-        listings = {model.target_repo: self.list_files(model.target_repo)}
-        target = self._match(listings[model.target_repo], model.target_glob(quant), exclude="mtp")
-        if target is None:
-            raise DownloadError(f"no file matching {model.target_glob(quant)} in {model.target_repo}")
-        for src in model.drafter_sources:
-            if src["repo"] not in listings:
-                try:
-                    listings[src["repo"]] = self.list_files(src["repo"])
-                except DownloadError:
-                    continue  # try the next source
-            d = self._match(listings[src["repo"]], src["pattern"])
-            if d is not None:
-                return target, d
-        raise DownloadError(f"no MTP drafter found for {model.title} in "
-                            + ", ".join(s["repo"] for s in model.drafter_sources))
+        return self._plan(list(model.sources), quant, model.title, own_repo_only=False)
 
-    @staticmethod
-    def _match(files: list[RemoteFile], pattern: str, exclude: str | None = None) -> RemoteFile | None:
-        hits = [f for f in files if fnmatch.fnmatch(f.path.lower(), pattern.lower())
-                and (exclude is None or exclude not in f.path.lower())]
-        # shortest name first: "model-Q4_K_M.gguf" before "model-Q4_K_M-00001-of-00002.gguf"
-        return min(hits, key=lambda f: (len(f.path), f.path)) if hits else None
+    def plan_repo(self, repo: str, quant: str) -> tuple[Plan, CatalogModel | None]:
+        """Like llama.cpp's `-hf repo:quant`: the target from that repository, its drafter from
+        the same repository first (then, for a repository of the catalog, the model's other
+        sources)."""
+        if not REPO_RE.fullmatch(repo):
+            raise DownloadError(f"{repo!r} is not a repository name (owner/name)")
+        model = model_for_repo(repo)
+        own = Source(repo, qat=is_qat(repo))
+        others = [s for s in model.sources if s.repo.lower() != repo.lower()] if model else []
+        return self._plan([own] + others, quant, repo, own_repo_only=True), model
+
+    def _plan(self, sources: list[Source], quant: str, title: str, own_repo_only: bool) -> Plan:
+        notes: list[str] = []
+        listings: dict[str, list[RemoteFile] | None] = {}
+
+        def listing(src: Source) -> list[RemoteFile] | None:
+            if src.repo not in listings:
+                try:
+                    listings[src.repo] = self.list_files(src.repo)
+                except DownloadError as e:
+                    if "cannot reach the Hub" in str(e) or "offline" in str(e):
+                        raise
+                    notes.append(str(e))
+                    listings[src.repo] = None
+            return listings[src.repo]
+
+        target = target_src = None
+        for src in sources[:1] if own_repo_only else [s for s in sources if not s.drafter_only]:
+            files = listing(src)
+            target = pick_target(files, quant) if files is not None else None
+            if target is not None:
+                target_src = src
+                break
+            if files is not None:
+                notes.append(f"{src.repo} has no single-file {quant} model")
+        if target is None:
+            raise DownloadError(f"no {quant} file for {title} found" + (": " + "; ".join(notes) if notes else ""))
+        qat = target_src.qat or is_qat(target.path)
+        ranked = []
+        order = [target_src] + [s for s in sources if s is not target_src]
+        for i, src in enumerate(order):
+            files = listing(src)
+            for f in drafter_files(files or [], src.drafter_only):
+                # a QAT drafter for a QAT target (and the reverse), then the target's own
+                # repository, then the precision closest to Q8_0
+                mismatch = (src.qat or is_qat(f.path)) != qat
+                ranked.append(((mismatch, i, precision_rank(f.path), len(f.path), f.path), f))
+        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes, qat)
 
     # ---- downloading -----------------------------------------------------------------
     def check_space(self, files: list[RemoteFile]) -> None:
@@ -203,7 +250,6 @@ class Downloader:
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers
 
-        self._cancel.clear()
         safe_repo_path(f.path)
         if offline_mode():
             try:
@@ -300,18 +346,41 @@ class Downloader:
                                     "has been deleted; download it again)")
 
     def download_pair(self, model: CatalogModel, quant: str,
-                      on_progress: Callable[[Progress], None] | None = None) -> tuple[Path, Path]:
-        target, drafter = self.resolve(model, quant)
-        self.check_space([target, drafter])
-        t = self.download(target, "target", on_progress)
-        d = self.download(drafter, "drafter", on_progress)
-        # Confirm from the headers what the files really are.
-        ti, di = read_gguf_info(t), read_gguf_info(d)
+                      on_progress: Callable[[Progress], None] | None = None) -> PairDownload:
+        return self.download_plan(self.plan(model, quant), on_progress)
+
+    def download_plan(self, plan: Plan, on_progress: Callable[[Progress], None] | None = None) -> PairDownload:
+        """The target, then drafter candidates in order until one pairs with it by its GGUF
+        header; a refused drafter is deleted and the reason kept. Without any, the target
+        comes alone and the notes say why MTP is off."""
+        self._cancel.clear()  # once per pair: a Cancel between the two files must hold
+        notes = list(plan.notes)
+        self.check_space([plan.target] + plan.drafters[:1])
+        t = self.download(plan.target, "target", on_progress)
+        ti = read_gguf_info(t)
         if ti.arch != TARGET_ARCH:
             raise DownloadError(f"{t.name} is a '{ti.arch}' model, not Gemma 4 ('{TARGET_ARCH}')")
-        if di.arch != DRAFTER_ARCH:
-            raise DownloadError(f"{d.name} is '{di.arch}', not an MTP drafter ('{DRAFTER_ARCH}')")
-        return t, d
+        for cand in plan.drafters:
+            d = self.download(cand, "drafter", on_progress)
+            try:
+                check_drafter(ti, read_gguf_info(d))
+            except TandemError as e:
+                notes.append(f"{cand.repo}/{cand.path} is not usable: {e}")
+                _delete(d)
+                continue
+            return PairDownload(t, d, notes)
+        notes.append("no usable MTP drafter was found " + (
+            "(every candidate was refused)" if plan.drafters else "in any source") +
+            ", so MTP is off for this model: it runs at plain decoding speed")
+        return PairDownload(t, None, notes)
+
+
+def _delete(path: Path) -> None:
+    """A downloaded file and, in the Hugging Face cache, the blob its link points to."""
+    real = path.resolve()
+    path.unlink(missing_ok=True)
+    if real != path:
+        real.unlink(missing_ok=True)
 
 
 def _hf_cache() -> str:
