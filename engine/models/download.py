@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import TandemError
 from .catalog import REPO_RE, CatalogModel, Source, model_for_repo
-from .gguf_info import TARGET_ARCH, check_drafter, read_gguf_info
+from .gguf_info import TARGET_ARCH, check_drafter, check_target, read_gguf_info
 from .repo_files import drafter_files, is_qat, pick_target, precision_rank
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download
@@ -35,6 +35,10 @@ class DownloadError(TandemError):
 
 class DownloadCancelled(DownloadError):
     pass
+
+
+class HubUnreachable(DownloadError):
+    """Offline, or the Hub does not answer: no other source will answer either."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ class Downloader:
         from huggingface_hub import HfApi
 
         if offline_mode():
-            raise DownloadError("offline: HF_HUB_OFFLINE is set, so the Hub's file list cannot be read")
+            raise HubUnreachable("offline: HF_HUB_OFFLINE is set, so the Hub's file list cannot be read")
         if not self._probed:
             self._probe()
             self._probed = True
@@ -168,7 +172,7 @@ class Downloader:
         try:
             get_session().head(url, timeout=PROBE_TIMEOUT_S)
         except Exception as e:
-            raise DownloadError(f"cannot reach the Hub at {url.rsplit('/api', 1)[0]} ({type(e).__name__}); "
+            raise HubUnreachable(f"cannot reach the Hub at {url.rsplit('/api', 1)[0]} ({type(e).__name__}); "
                                 "check the connection, or set HF_HUB_OFFLINE=1 to use downloaded "
                                 "files only") from None
 
@@ -198,9 +202,9 @@ class Downloader:
             if src.repo not in listings:
                 try:
                     listings[src.repo] = self.list_files(src.repo)
-                except DownloadError as e:
-                    if "cannot reach the Hub" in str(e) or "offline" in str(e):
-                        raise
+                except HubUnreachable:
+                    raise
+                except DownloadError as e:  # not found, gated, ...: the next source may do
                     notes.append(str(e))
                     listings[src.repo] = None
             return listings[src.repo]
@@ -360,6 +364,7 @@ class Downloader:
         ti = read_gguf_info(t)
         if ti.arch != TARGET_ARCH:
             raise DownloadError(f"{t.name} is a '{ti.arch}' model, not Gemma 4 ('{TARGET_ARCH}')")
+        check_target(ti)
         for cand in plan.drafters:
             d = self.download(cand, "drafter", on_progress)
             try:
