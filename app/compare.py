@@ -80,10 +80,11 @@ class ComparePage(QWidget):
         self._replay_t0 = 0.0
         self.greedy = True
 
-    def start(self, prompt: str, greedy: bool, draft_max: int):
+    def start(self, prompt: str, greedy: bool, draft_max: int | str):
         self.greedy = greedy
         self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(prompt[:300]))}")
-        self.mtp.title.setText(f"<b>MTP (drafter on, k={draft_max})</b>")
+        self.mtp.title.setText(f"<b>MTP (drafter on, k {draft_max})</b>" if draft_max == "auto"
+                               else f"<b>MTP (drafter on, k={draft_max})</b>")
         self.base.clear("running…")
         self.mtp.clear("waiting for the baseline run to finish…")
         self.verdict.setText("Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")

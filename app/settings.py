@@ -22,7 +22,7 @@ DEFAULTS = {
     "system_prompt": "",
     "theme": "system",  # system | light | dark
     "use_mtp": True,
-    "draft_max": 3,
+    "draft_max": 0,  # 0 = auto
 }
 
 

@@ -220,7 +220,7 @@ class StatsBar(QWidget):
     """Live numbers of the reply being generated."""
 
     FIELDS = [("decode", "tok/s"), ("ttft", "TTFT"), ("prefill", "prefill"), ("accept", "accepted"),
-              ("steplen", "tok/step")]
+              ("steplen", "tok/step"), ("k", "k")]
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -234,6 +234,17 @@ class StatsBar(QWidget):
             self.labels[key] = (lab, title)
         self.chart = SpeedChart(self)
         lay.addWidget(self.chart, 1)
+
+    def _set_k(self, s: dict) -> None:
+        lab, _ = self.labels["k"]
+        if s.get("mode") != "mtp":
+            lab.setText("k: –" if s.get("mode") is None else "MTP off")
+        elif s.get("draft_max") != "auto":
+            lab.setText(f"k: {s.get('draft_max')}")
+        elif s.get("paused"):
+            lab.setText("MTP paused: drafts not paying off")
+        else:
+            lab.setText(f"k auto (now {s.get('k_now', 0)})")
 
     def _set(self, key, value):
         lab, title = self.labels[key]
@@ -252,6 +263,7 @@ class StatsBar(QWidget):
         ar = s.get("acceptance_rate")
         self._set("accept", f"{ar * 100:.0f} %" if ar is not None else ("off" if s.get("mode") == "baseline" else "–"))
         self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
+        self._set_k(s)
         if t is not None and s.get("decode_tps"):
             self.chart.add(t, s["decode_tps"])
 

@@ -40,6 +40,7 @@ class MainWindow(QMainWindow):
         self._active: dict | None = None  # the request being streamed
         self._compare_queue: list = []
         self._closing = False
+        self._mtp_limit_said = False
 
         self._build_ui()
         self._start_worker()
@@ -90,9 +91,12 @@ class MainWindow(QMainWindow):
         self.mtp_switch.setObjectName("mtpSwitch")
         self.mtp_switch.toggled.connect(self._chat_settings_changed)
         self.draft_spin = QSpinBox()
-        self.draft_spin.setRange(1, 8)
+        self.draft_spin.setRange(0, 8)  # 0 = auto
         self.draft_spin.setPrefix("k = ")
-        self.draft_spin.setToolTip("Draft length: tokens the drafter proposes per step")
+        self.draft_spin.setSpecialValueText("k auto")
+        self.draft_spin.setToolTip("Draft length: tokens the drafter proposes per step. 'auto' chooses it "
+                                   "every step from what drafting costs on this machine and how often the "
+                                   "model accepts drafts, and pauses drafting when it does not pay off")
         self.draft_spin.valueChanged.connect(self._chat_settings_changed)
         self.think_switch = QCheckBox("Thinking")
         self.think_switch.setToolTip("Gemma 4 thinking mode for this chat")
@@ -114,6 +118,13 @@ class MainWindow(QMainWindow):
                   self.origin_legend, self.compare_btn, self.settings_btn):
             bar.addWidget(w)
         rl.addLayout(bar)
+        # said once per loaded model, where measurements show MTP cannot be faster here
+        self.mtp_banner = QLabel()
+        self.mtp_banner.setObjectName("mtpBanner")
+        self.mtp_banner.setWordWrap(True)
+        self.mtp_banner.setTextFormat(Qt.PlainText)
+        self.mtp_banner.hide()
+        rl.addWidget(self.mtp_banner)
 
         self.stack = QStackedWidget()
         self.scroll = QScrollArea()
@@ -211,7 +222,8 @@ class MainWindow(QMainWindow):
         dlg = WelcomeDialog(self, downloader_args)
         if dlg.exec() != WelcomeDialog.Accepted or not dlg.chosen:
             return False
-        target, drafter, draft_max = dlg.chosen
+        target, drafter, _guidance = dlg.chosen  # the catalog's k is only guidance: auto by default
+        draft_max = 0  # auto
         self.settings["draft_max"] = draft_max
         self.settings["use_mtp"] = bool(drafter)
         self.draft_spin.setValue(draft_max)
@@ -223,6 +235,8 @@ class MainWindow(QMainWindow):
         if self._active:
             self.stop()
         self.model_info = None
+        self._mtp_limit_said = False  # a new model: its costs are measured anew
+        self.mtp_banner.hide()
         self._update_controls()
         self.model_label.setText(f"Loading <b>{html.escape(Path(target).name)}</b>…")
         self.statusBar().showMessage("Loading model…")
@@ -317,7 +331,7 @@ class MainWindow(QMainWindow):
             w.setChecked(bool(v))
             w.blockSignals(False)
         self.draft_spin.blockSignals(True)
-        self.draft_spin.setValue(int(s.get("draft_max", 3)))
+        self.draft_spin.setValue(int(s.get("draft_max", 0)))
         self.draft_spin.blockSignals(False)
         self._clear_messages()
         for m in self.store.messages(cid):
@@ -439,7 +453,10 @@ class MainWindow(QMainWindow):
             QMessageBox.information(self, "Acceptance per draft position", (
                 f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"
                 f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
-                f"in {s.get('steps', 0)} verify steps.</p>"))
+                f"in {s.get('steps', 0)} verify steps."
+                + (f" Draft length auto: {s.get('mean_draft_length') or 0:.2f} tokens per step on average, "
+                   f"{s.get('undrafted_steps', 0)} steps without drafting (drafts were not paying off there)."
+                   if s.get("draft_max") == "auto" else "") + "</p>"))
 
     # ---- sending -----------------------------------------------------------------------
     def _send_or_stop(self):
@@ -457,7 +474,7 @@ class MainWindow(QMainWindow):
         keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
         cfg = {k: self.settings[k] for k in keys}
         cfg.update(use_mtp=self.mtp_switch.isChecked() and self.mtp_switch.isEnabled(),
-                   draft_max=self.draft_spin.value(), thinking=self.think_switch.isChecked())
+                   draft_max=self.draft_spin.value() or "auto", thinking=self.think_switch.isChecked())
         cfg.update(over)
         return cfg
 
@@ -530,7 +547,7 @@ class MainWindow(QMainWindow):
             return
         msgs = self._with_system([{"role": "user", "content": text}])
         self.stack.setCurrentIndex(1)
-        self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value())
+        self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value() or "auto")
         self._compare_queue = [("baseline", False), ("mtp", True)]
         self._compare_msgs = msgs
         self.stats_bar.reset()
@@ -582,6 +599,7 @@ class MainWindow(QMainWindow):
         if not a or a["rid"] != rid:
             return
         self._active = None
+        self._show_mtp_limit(result)
         self.stats_bar.update_stats(result["stats"])
         if a["kind"] == "compare":
             self.compare_page.done(a["which"], result)
@@ -595,6 +613,18 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(result["stats"].get("footer", ""), 8000)
         self._update_controls()
         self._mark_last()
+
+    def _show_mtp_limit(self, result: dict) -> None:
+        """Once per loaded model: where measurements show MTP cannot be faster here."""
+        if "mtp_ceiling" not in result or self.mtp_banner.isVisible() or self._mtp_limit_said:
+            return
+        self._mtp_limit_said = True
+        self.mtp_banner.setText(
+            f"On this machine MTP cannot be faster than plain decoding for this model: {result['mtp_costs']}, "
+            f"so even if every draft were accepted it would reach only {result['mtp_ceiling']:.2f}x. "
+            "With k auto Tandem keeps drafting paused (it still tries now and then); "
+            "switch MTP off to skip the drafter entirely.")
+        self.mtp_banner.show()
 
     def _on_failed(self, rid, kind, msg):
         a = self._active

@@ -16,10 +16,16 @@ from engine import TandemError
 from engine.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError
 from engine.runtime import LoadOptions
+from engine.strategies import AUTO, AUTO_K_MAX
 from engine.sampling import SamplingParams
 from engine.template_sandbox import RenderCancelled
 
 EMIT_INTERVAL_S = 1 / 30
+
+
+def _draft_length(value) -> int | str:
+    """'auto', or a fixed draft length (the window's k control sends 0 for auto)."""
+    return AUTO if value in (AUTO, 0, None) else int(value)
 
 
 class EngineWorker(QObject):
@@ -99,7 +105,8 @@ class EngineWorker(QObject):
                                 top_p=float(cfg.get("top_p", 0.95)), min_p=float(cfg.get("min_p", 0.0)),
                                 repeat_penalty=float(cfg.get("repeat_penalty", 1.0)))
             gc = GenerationConfig(max_tokens=int(cfg.get("max_tokens", 1024)), use_mtp=bool(cfg.get("use_mtp", True)),
-                                  draft_max=int(cfg.get("draft_max", 3)), sampling=sp, seed=cfg.get("seed"))
+                                  draft_max=_draft_length(cfg.get("draft_max", "auto")), sampling=sp,
+                                  seed=cfg.get("seed"))
             if cfg.get("drop_oldest"):
                 messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)), stopped)
             if cfg.get("fresh"):
@@ -143,6 +150,7 @@ class EngineWorker(QObject):
             "answer": "".join(answer), "thinking": "".join(thinking), "origins": origins,
             "timeline": timeline, "stats": self._live(stats) if stats else {},
             "finish_reason": stats.finish_reason if stats else "error",
+            **(self._mtp_limit() if stats and stats.mode == "mtp" else {}),
         })
 
     @staticmethod
@@ -150,6 +158,17 @@ class EngineWorker(QObject):
         d = stats.to_dict()
         d["footer"] = stats.footer()
         return d
+
+    def _mtp_limit(self) -> dict:
+        """Where the measured costs say MTP cannot beat plain decoding on this machine even if
+        every draft were accepted: the numbers, for the window to say so once."""
+        c = self.engine.costs
+        ceiling = c.ceiling(AUTO_K_MAX)
+        if ceiling is None or ceiling >= 1.0:
+            return {}
+        return {"mtp_ceiling": ceiling,
+                "mtp_costs": f"one decode takes {c.batch_cost(1) * 1e3:.1f} ms, a verify of 2 tokens "
+                             f"{c.batch_cost(2) * 1e3:.1f} ms and a draft step {c.draft * 1e3:.1f} ms"}
 
     @Slot()
     def shutdown(self) -> None:

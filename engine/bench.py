@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .engine import Engine, GenerationConfig, GenerationResult
 from .stats import GenerationStats
+from .strategies.draft_control import AUTO, AUTO_K_MAX, explain
 
 # Batched vs one-row target logits differ by up to ~1.3e-2 here (FA on, F16 KV cache);
 # tests/test_equivalence.py measures that noise on the synthetic models and checks that
@@ -64,7 +65,7 @@ class Aggregate:
     """Sums over prompts; rates are computed from the sums (token-weighted)."""
 
     mode: str
-    draft_max: int = 0
+    draft_max: int | str = 0
     runs: list[GenerationStats] = field(default_factory=list)
     identical: int = 0
     near_ties: int = 0
@@ -73,11 +74,20 @@ class Aggregate:
     def _sum(self, name):
         return sum(getattr(r, name) for r in self.runs)
 
+    def acceptance_where_drafted(self) -> list[float]:
+        """Acceptance by draft position, for the positions that were drafted at all."""
+        out = []
+        for i in range(max((len(r.drafted_at) for r in self.runs), default=0)):
+            n = sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at))
+            if n:
+                out.append(sum(r.accepted_at[i] for r in self.runs if i < len(r.accepted_at)) / n)
+        return out
+
     def stats(self) -> dict:
         s = GenerationStats(mode=self.mode, draft_max=self.draft_max)
         for name in ("prompt_tokens", "prefill_tokens", "prefill_s", "ttft_s", "decode_s",
                      "generated_tokens", "steps", "draft_tokens", "accepted_tokens", "llama_s",
-                     "draft_llama_s"):
+                     "draft_llama_s", "undrafted_steps"):
             setattr(s, name, self._sum(name))
         n = max((len(r.drafted_at) for r in self.runs), default=0)
         s.drafted_at = [sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at)) for i in range(n)]
@@ -97,7 +107,7 @@ class Aggregate:
         return d
 
 
-def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list[int], max_tokens: int = 128,
+def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens: int = 128,
               progress=None) -> dict:
     if not engine.has_mtp:
         raise ValueError("bench needs a drafter (--drafter) to compare against")
@@ -147,6 +157,8 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list[int], max_t
         if b.get("decode_step_ms") and d.get("verify_ms") and d.get("mean_accepted_length"):
             cost = d["draft_step_ms"] * d["draft_tokens"] / max(1, d["steps"]) + d["verify_ms"]
             d["ideal_speedup"] = d["mean_accepted_length"] * b["decode_step_ms"] / cost
+        if k == AUTO:
+            d["why"] = explain(engine.costs, agg.acceptance_where_drafted(), AUTO_K_MAX, d["mean_draft_length"])
         result["mtp"].append(d)
     engine.reset()
     return result
@@ -158,22 +170,25 @@ def _f(x, fmt):
 
 def format_table(res: dict) -> str:
     b = res["baseline"]
-    head = (f"{'mode':<9}{'k':>3}{'tok/s':>9}{'speed-up':>10}{'ideal':>8}{'accept':>8}"
+    head = (f"{'mode':<9}{'k':>5}{'tok/s':>9}{'speed-up':>10}{'ideal':>8}{'accept':>8}"
             f"{'tok/step':>9}{'verify':>9}{'draft':>8}{'py':>6}{'identical':>11}{'near-tie':>9}{'mismatch':>9}")
     lines = [head, "-" * len(head)]
-    lines.append(f"{'baseline':<9}{'-':>3}{_f(b['decode_tps'], '.1f'):>9}{'1.00x':>10}{'':>8}{'-':>8}"
+    lines.append(f"{'baseline':<9}{'-':>5}{_f(b['decode_tps'], '.1f'):>9}{'1.00x':>10}{'':>8}{'-':>8}"
                  f"{'1.00':>9}{_f(b.get('decode_step_ms'), '.2f') + 'ms':>9}{'-':>8}"
                  f"{_f(b['python_share'] and b['python_share'] * 100, '.0f') + '%':>6}{'-':>11}{'-':>9}{'-':>9}")
     for m in res["mtp"]:
         n = m["prompts"]
         lines.append(
-            f"{'mtp':<9}{m['draft_max']:>3}{_f(m['decode_tps'], '.1f'):>9}"
+            f"{'mtp':<9}{m['draft_max']:>5}{_f(m['decode_tps'], '.1f'):>9}"
             f"{_f(m['speedup'], '.2f') + 'x':>10}{_f(m.get('ideal_speedup'), '.2f') + 'x':>8}"
             f"{_f(m['acceptance_rate'] and m['acceptance_rate'] * 100, '.0f') + '%':>8}"
             f"{_f(m['mean_accepted_length'], '.2f'):>9}{_f(m.get('verify_ms'), '.2f') + 'ms':>9}"
             f"{_f(m.get('draft_step_ms'), '.2f') + 'ms':>8}"
             f"{_f(m['python_share'] and m['python_share'] * 100, '.0f') + '%':>6}"
             f"{str(m['identical']) + '/' + str(n):>11}{m['near_ties']:>9}{m['mismatches']:>9}")
+    for m in res["mtp"]:
+        if m.get("why"):
+            lines.append(f"\nauto: {m['why']}")
     lines.append("")
     lines.append("tok/s: decode tokens per second (prefill excluded); ideal: speed-up predicted from the "
                  "measured decode, verify and draft-step costs with no Python overhead; "

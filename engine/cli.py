@@ -29,6 +29,19 @@ def _positive(kind=int):
     return conv
 
 
+def _draft_length(s):
+    """'auto' (chosen every step) or a fixed number of drafted tokens."""
+    if s == "auto":
+        return s
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number, got {s}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or > 0, got {s}")
+    return v
+
+
 def _add_load_args(p):
     p.add_argument("--model", "-m", required=True, help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline)")
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
@@ -57,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_args(g)
     _add_sampling_args(g)
     g.add_argument("--no-mtp", action="store_true", help="baseline decoding even with a drafter")
-    g.add_argument("--draft-max", type=_positive(), default=3, help="tokens drafted per step (default 3)")
+    g.add_argument("--draft-max", type=_draft_length, default="auto",
+                   help="tokens drafted per step, or 'auto' to choose every step from measured costs "
+                        "and acceptance (default auto)")
     g.add_argument("--max-tokens", type=_positive(), default=256)
     g.add_argument("--raw", action="store_true", help="no chat template: complete the text as is")
     g.add_argument("--system", help="system prompt")
@@ -69,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_args(b)
     b.add_argument("--prompts", help="JSONL file of prompts (default: the built-in set)")
     b.add_argument("--max-tokens", type=_positive(), default=128)
-    b.add_argument("--draft-max", type=_positive(), nargs="+", default=[1, 2, 3, 4])
+    b.add_argument("--draft-max", type=_draft_length, nargs="+", default=["auto", 1, 2, 3, 4],
+                   help="draft lengths to compare with baseline, 'auto' among them (default auto 1 2 3 4)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
 
     mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")

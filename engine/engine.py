@@ -1,7 +1,7 @@
 """Engine: loaded models + a conversation cache + streaming generation.
 
     engine = Engine.load("target.gguf", "drafter.gguf")
-    for ev in engine.chat([{"role": "user", "content": "Hi"}], GenerationConfig(draft_max=3)):
+    for ev in engine.chat([{"role": "user", "content": "Hi"}], GenerationConfig(draft_max="auto")):
         print(ev.answer, end="", flush=True)
 
 A generation is an iterator of `GenerationEvent`s (one per decoding step). The KV cache
@@ -25,7 +25,7 @@ from .llama import lib
 from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .strategies import make_strategy
+from .strategies import AUTO, CostModel, make_strategy
 from .strategies.base import DecodeState, Step
 from .text import TextAssembler, TokenPiece
 
@@ -34,7 +34,7 @@ from .text import TextAssembler, TokenPiece
 class GenerationConfig:
     max_tokens: int = 512
     use_mtp: bool = True  # ignored (baseline) when no drafter is loaded, unless strict
-    draft_max: int = 3
+    draft_max: int | str = AUTO  # "auto": chosen every step from measured costs and acceptance
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
     strict_mtp: bool = False  # raise instead of falling back to baseline
@@ -87,6 +87,7 @@ class Engine:
         self._piece_cache: dict[int, bytes] = {}
         self._control: dict[int, str | None] = {}
         self._control_text_cache: dict[str, bool] = {}
+        self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(
@@ -270,8 +271,8 @@ class Engine:
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        if not 1 <= config.draft_max < MAX_OUTPUTS:
-            raise ValueError(f"draft length must be between 1 and {MAX_OUTPUTS - 1}")
+        if config.draft_max != AUTO and not (isinstance(config.draft_max, int) and 1 <= config.draft_max < MAX_OUTPUTS):
+            raise ValueError(f"draft length must be 'auto' or between 1 and {MAX_OUTPUTS - 1}")
         if not prompt:
             raise ValueError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:
@@ -347,7 +348,7 @@ class Engine:
                                 prompt_tokens=len(prompt))
         rng = np.random.default_rng(config.seed)
         need_h = strategy.needs_drafter
-        st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats,
+        st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats, costs=self.costs,
                          tokens=list(prompt), n_past=0,
                          pending_h=np.zeros(rt.n_embd, np.float32) if need_h else None,
                          n_ctx=self.n_ctx)

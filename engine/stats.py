@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 @dataclass
 class GenerationStats:
     mode: str = "baseline"
-    draft_max: int = 0
+    draft_max: int | str = 0  # "auto": chosen every step
     prompt_tokens: int = 0
     reused_tokens: int = 0
     prefill_tokens: int = 0
@@ -31,6 +31,9 @@ class GenerationStats:
     accepted_tokens: int = 0
     llama_s: float = 0.0  # inside llama_decode during decode (target + drafter)
     draft_llama_s: float = 0.0
+    undrafted_steps: int = 0  # MTP steps that drafted nothing (auto found drafts not paying off)
+    k_now: int = 0  # the draft length of the latest step
+    paused: bool = False  # auto has not drafted for several steps
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     finish_reason: str | None = None
@@ -63,6 +66,10 @@ class GenerationStats:
         return (self.accepted_tokens + self.steps) / self.steps
 
     @property
+    def mean_draft_length(self) -> float | None:
+        return self.draft_tokens / self.steps if self.mode == "mtp" and self.steps else None
+
+    @property
     def per_position_acceptance(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
@@ -87,9 +94,22 @@ class GenerationStats:
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "per_position_acceptance": self.per_position_acceptance,
+            "mean_draft_length": self.mean_draft_length,
+            "undrafted_steps": self.undrafted_steps,
+            "k_now": self.k_now,
+            "paused": self.paused,
             "python_share": self.python_share,
             "finish_reason": self.finish_reason,
         }
+
+    def k_label(self) -> str:
+        """'MTP k=3', or for auto the mean length used and the steps taken without drafting."""
+        if self.draft_max != "auto":
+            return f"MTP k={self.draft_max}"
+        if not self.steps:
+            return "MTP k auto"
+        s = f"MTP k auto (mean {self.mean_draft_length:.1f}"
+        return s + (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
 
     def footer(self) -> str:
         """One line for the end of a message, e.g. '62.4 tok/s · TTFT 0.21 s · 78 % accepted'."""
@@ -102,7 +122,7 @@ class GenerationStats:
                 parts.append(f"{self.acceptance_rate * 100:.0f} % accepted")
             if self.mean_accepted_length is not None:
                 parts.append(f"{self.mean_accepted_length:.1f} tok/step")
-            parts.append(f"MTP k={self.draft_max}")
+            parts.append(self.k_label())
         else:
             parts.append("baseline")
         return " · ".join(parts)

@@ -97,6 +97,9 @@ class SynthConfig:
     alpha: float = 0.3  # target deviation from the successor rule
     alpha_dft: float = 0.1  # drafter noise (above ~0.3 it stops agreeing)
     agreement: float = 1.0
+    # >= 0: the drafter agrees exactly on tokens with ids from this one up (and never below),
+    # so a reply walking up the vocabulary turns predictable half-way (adaptive-k tests)
+    agree_from: int = -1
     seed: int = 0
     quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
 
@@ -273,6 +276,8 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
 
     # sigma(t): the token the drafter proposes after t.
     agree = rng.random(V) < cfg.agreement
+    if cfg.agree_from >= 0:
+        agree = np.arange(V) >= cfg.agree_from
     succ = successor(V)
     other = (succ + rng.integers(1, V - 1, V)) % V  # never equal to succ
     sigma = np.where(agree, succ, other)

@@ -44,6 +44,8 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     chunks = []
     win.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))
     win.settings["max_tokens"] = 400
+    assert win.draft_spin.value() == 0 and win.draft_spin.text() == "k auto"  # the default
+    win.draft_spin.setValue(3)
     reply = send(qtbot, win, "Hello world, this is a test")
     assert reply.role == "assistant" and len(reply.text) > 100
     assert len(chunks) >= 2  # it streamed, coalesced
@@ -54,6 +56,7 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     assert 1 < s["mean_accepted_length"] <= 4
     assert "tok/s" in reply.footer.text() and "MTP k=3" in reply.footer.text()
     assert "tok/s:" in win.stats_bar.labels["decode"][0].text()
+    assert win.stats_bar.labels["k"][0].text() == "k: 3"
     assert len(win.stats_bar.chart.points) >= 1
     # the conversation got a title from the first message
     assert win.conv_list.item(0).text().startswith("Hello world")
@@ -347,3 +350,34 @@ def test_second_start_brings_the_running_window_forward(qtbot, tmp_path):
     third = SingleInstance(tmp_path / "chats.sqlite3")
     assert third.acquire()  # free again once the owner is gone
     third.release()
+
+
+def test_auto_draft_length_in_the_window(qtbot, win):
+    """k auto is the default: the live stats say what auto does, the footer and Details
+    report the mean draft length."""
+    assert win.draft_spin.text() == "k auto"
+    reply = send(qtbot, win, "Hello world, this is a test")
+    s = reply.stats
+    assert s["draft_max"] == "auto" and s["mean_draft_length"] is not None
+    assert "MTP k auto" in reply.footer.text()
+    k_text = win.stats_bar.labels["k"][0].text()
+    assert k_text.startswith("k auto (now ") or k_text == "MTP paused: drafts not paying off"
+
+
+def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
+    from engine.strategies import CostModel
+
+    c = CostModel()  # as measured where the model spills to system memory: 2 rows cost 3 decodes
+    for rows in range(1, 17):
+        for _ in range(10):
+            c.record_batch(rows, 0.02 * (1 + 2.0 * (rows - 1)))
+    c.record_draft(0.004)
+    win.worker.engine.costs = c
+    win.settings["max_tokens"] = 4
+    send(qtbot, win, "Hello")
+    assert win.mtp_banner.isVisible()
+    text = win.mtp_banner.text()
+    assert "cannot be faster" in text and "20.0 ms" in text and "60.0 ms" in text
+    win.mtp_banner.hide()
+    send(qtbot, win, "again")
+    assert not win.mtp_banner.isVisible()  # said once per loaded model

@@ -35,7 +35,7 @@ def test_generate_json(tiny):
 
 def test_generate_streams_text(tiny):
     r = tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "8", "Hi")
-    assert r.stdout.strip() and "tok/s" in r.stderr and "MTP k=3" in r.stderr
+    assert r.stdout.strip() and "tok/s" in r.stderr and "MTP k auto" in r.stderr  # auto is the default
 
 
 def test_bench_json_side_by_side(tiny, tmp_path):
@@ -43,17 +43,20 @@ def test_bench_json_side_by_side(tiny, tmp_path):
     prompts.write_text('{"prompt": "Hello world"}\n{"prompt": "a b c", "raw": true}\n')
     out = tmp_path / "bench.json"
     r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--prompts", prompts,
-               "--max-tokens", "24", "--draft-max", "1", "3", "--json", out)
-    assert "speed-up" in r.stdout and "identical" in r.stdout
+               "--max-tokens", "24", "--draft-max", "auto", "1", "3", "--json", out)
+    assert "speed-up" in r.stdout and "identical" in r.stdout and "auto: one decode" in r.stdout
     res = json.loads(out.read_text())
     assert STATS_KEYS <= set(res["baseline"])
-    assert [m["draft_max"] for m in res["mtp"]] == [1, 3]
+    assert [m["draft_max"] for m in res["mtp"]] == ["auto", 1, 3]
     for m in res["mtp"]:
-        assert STATS_KEYS <= set(m)
+        assert STATS_KEYS <= set(m) and {"mean_draft_length", "undrafted_steps"} <= set(m)
         assert {"speedup", "identical", "near_ties", "prompts"} <= set(m)
         assert m["prompts"] == 2 and m["identical"] + m["near_ties"] == 2 and m["mismatches"] == 0
-        assert 0.2 < m["acceptance_rate"] < 0.9
         assert m["speedup"] > 0
+        if m["draft_max"] != "auto":
+            assert 0.2 < m["acceptance_rate"] < 0.9 and m["undrafted_steps"] <= 2  # a last token alone
+    auto = res["mtp"][0]
+    assert "why" in auto and 0 <= auto["mean_draft_length"] <= 8
 
 
 def test_bench_default_prompts_ship_with_the_package(tiny):

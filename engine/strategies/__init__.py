@@ -4,13 +4,14 @@ Adding a drafter type = one new module with a DecodeStrategy subclass + one line
 """
 
 from .base import DecodeState, DecodeStrategy, Step
+from .draft_control import AUTO, AUTO_K_MAX, CostModel, DraftController
 from .baseline import Baseline
 from .mtp import MTP
 
 STRATEGIES = {"baseline": Baseline, "mtp": MTP}
 
 
-def make_strategy(name: str, draft_max: int = 3) -> DecodeStrategy:
+def make_strategy(name: str, draft_max: int | str = 3) -> DecodeStrategy:
     if name == "baseline":
         return Baseline()
     if name == "mtp":
@@ -18,4 +19,5 @@ def make_strategy(name: str, draft_max: int = 3) -> DecodeStrategy:
     raise ValueError(f"unknown decoding strategy {name!r}")
 
 
-__all__ = ["DecodeState", "DecodeStrategy", "Step", "Baseline", "MTP", "STRATEGIES", "make_strategy"]
+__all__ = ["DecodeState", "DecodeStrategy", "Step", "Baseline", "MTP", "STRATEGIES", "make_strategy",
+           "AUTO", "AUTO_K_MAX", "CostModel", "DraftController"]

@@ -14,6 +14,7 @@ import numpy as np
 from ..runtime import Runtime
 from ..sampling import SamplingParams, distribution, greedy_token, sample_from
 from ..stats import GenerationStats
+from .draft_control import CostModel
 
 
 @dataclass
@@ -26,6 +27,7 @@ class DecodeState:
     n_past: int
     pending_h: np.ndarray | None = None  # target hidden row at n_past-1 (MTP only)
     n_ctx: int = 0
+    costs: CostModel = field(default_factory=CostModel)  # measured step costs, kept by the engine
 
     @property
     def id_last(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from .base import DecodeState, DecodeStrategy, Step
 
 
@@ -13,9 +15,11 @@ class Baseline(DecodeStrategy):
 
     def step(self, st: DecodeState, budget: int) -> Step:
         tgt = st.rt.target
+        t0 = time.perf_counter()
         tgt.decode([st.id_last], st.n_past, outputs="last")
         st.n_past += 1
         tok = st.pick(tgt.logits(0))
+        st.costs.record_batch(1, time.perf_counter() - t0)  # what adaptive MTP compares against
         st.tokens.append(tok)
         st.stats.steps += 1
         return Step([tok], [False])

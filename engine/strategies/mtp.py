@@ -13,32 +13,46 @@ distributed exactly as the target's.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..runtime import MAX_OUTPUTS
 from ..sampling import distribution, greedy_token, prob_of, sample_from, sample_residual
 from .base import DecodeState, DecodeStrategy, Step
+from .draft_control import AUTO, AUTO_K_MAX, DraftController
 
 
 class MTP(DecodeStrategy):
     name = "mtp"
     needs_drafter = True
 
-    def __init__(self, draft_max: int = 3):
-        if draft_max < 1:
-            raise ValueError("draft length must be at least 1")
-        self.draft_max = draft_max
+    def __init__(self, draft_max: int | str = 3):
+        if draft_max == AUTO:
+            self.draft_max, self.adaptive = AUTO_K_MAX, True
+        elif isinstance(draft_max, int) and draft_max >= 1:
+            self.draft_max, self.adaptive = draft_max, False
+        else:
+            raise ValueError("draft length must be at least 1, or 'auto'")
+        self.controller: DraftController | None = None
 
     def prepare(self, st: DecodeState) -> None:
         st.rt.target.set_hidden_output(True)
+        if self.adaptive:
+            self.controller = DraftController(st.costs, self.draft_max)
 
     def step(self, st: DecodeState, budget: int) -> Step:
         rt, p = st.rt, st.params
         tgt, dr = rt.target, rt.drafter
         # the verify batch writes positions n_past .. n_past+k, which must fit the context
         # and one ubatch (see Runtime: rollback safety of the sliding-window cache)
-        k = max(0, min(self.draft_max, budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1))
+        limit = min(budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1)
+        if self.controller is not None:
+            k = self.controller.choose(limit)
+        else:
+            k = max(0, min(self.draft_max, limit))
         pos0 = st.n_past
+        t0 = time.perf_counter()
 
         drafts: list[int] = []
         q_dists = []
@@ -54,6 +68,7 @@ class MTP(DecodeStrategy):
                 q_dists.append(q)
             drafts.append(tok)
 
+        t1 = time.perf_counter()
         tgt.decode([st.id_last] + drafts, pos0, outputs="all")
 
         n_acc = 0
@@ -93,9 +108,18 @@ class MTP(DecodeStrategy):
         if n_acc < k:
             tgt.truncate(st.n_past)
 
+        # wall time, Python included: what a choice of k really costs on this machine
+        st.costs.record_batch(k + 1, time.perf_counter() - t1)
+        if k:
+            st.costs.record_draft((t1 - t0) / k)
         s = st.stats
         s.steps += 1
         s.draft_tokens += k
         s.accepted_tokens += n_acc
+        s.undrafted_steps += k == 0
+        s.k_now = k
         s.count_positions(k, n_acc)
+        if self.controller is not None:
+            self.controller.observe(k, n_acc)
+            s.paused = self.controller.paused
         return Step(new, [True] * n_acc + [False])

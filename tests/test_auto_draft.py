@@ -1,0 +1,134 @@
+"""Adaptive draft length end to end, on llama.cpp's real MTP path with synthetic pairs: it
+stays lossless (greedy output = baseline, sampling keeps the distribution), pauses where
+drafts fail and drafts where they pay, also when that changes half-way through a reply."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from engine.engine import Engine, GenerationConfig
+from engine.sampling import SamplingParams
+from engine.strategies import CostModel
+from engine.testmodels import make_test_models
+
+from .conftest import PROMPTS
+from .test_sampling import chi2_pvalue
+
+
+class FrozenCosts(CostModel):
+    """Costs as a GPU would measure them (a verify row nearly free, a draft step 2 % of a
+    decode) that this machine's measurements do not overwrite: the tiny models' own CPU costs
+    rarely make drafting pay, and these tests are about losslessness whatever k is chosen."""
+
+    def __init__(self):
+        super().__init__()
+        for rows in range(1, 17):
+            for _ in range(2):  # the first sample of a size is dropped
+                super().record_batch(rows, 1e-3 * (1 + 0.01 * (rows - 1)))
+        super().record_draft(2e-5)
+
+    def record_batch(self, rows, seconds):
+        pass
+
+    def record_draft(self, seconds_per_step):
+        pass
+
+
+def gpu_like_costs() -> CostModel:
+    return FrozenCosts()
+
+
+def _greedy_pair(engine, prompt, n, **cfg):
+    engine.reset()
+    base = engine.run(prompt, GenerationConfig(max_tokens=n, use_mtp=False))
+    engine.reset()
+    auto = engine.run(prompt, GenerationConfig(max_tokens=n, draft_max="auto", **cfg))
+    return base, auto
+
+
+@pytest.mark.parametrize("costs", ["measured", "gpu-like"])
+@pytest.mark.parametrize("agreement", [0.0, 0.7, 1.0])
+def test_auto_greedy_equals_baseline(tiny, agreement, costs):
+    e = Engine.load(tiny["target"], tiny[agreement])
+    try:
+        for text in PROMPTS[:4]:
+            if costs == "gpu-like":
+                e.costs = gpu_like_costs()
+            base, auto = _greedy_pair(e, e.tokenize(text), 96)
+            assert auto.tokens == base.tokens
+            if costs == "gpu-like" and agreement == 1.0:
+                assert auto.stats.mean_draft_length > 3  # long drafts where rows are cheap
+            s = auto.stats
+            assert s.mode == "mtp" and s.draft_max == "auto" and s.steps > 0
+            assert s.mean_draft_length is not None and s.undrafted_steps <= s.steps
+            assert "MTP k auto" in s.footer()
+    finally:
+        e.close()
+
+
+def test_auto_pauses_without_agreement_and_drafts_with_it(tiny):
+    """Costs decide too, so only the direction is asserted: a drafter that is never right
+    gets (almost) no drafts; one that is always right gets more."""
+    means = {}
+    for agreement in (0.0, 1.0):
+        e = Engine.load(tiny["target"], tiny[agreement])
+        try:
+            e.run(e.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=64, use_mtp=False))  # learn a decode
+            e.reset()
+            r = e.run(e.tokenize(PROMPTS[2]), GenerationConfig(max_tokens=300, draft_max="auto"))
+            means[agreement] = r.stats.mean_draft_length
+            if agreement == 0.0:
+                assert r.stats.undrafted_steps > 0.8 * r.stats.steps and r.stats.paused
+        finally:
+            e.close()
+    assert means[0.0] < 0.3 and means[1.0] > means[0.0]
+
+
+@pytest.fixture(scope="module")
+def turning_pair(models_dir, tiny):
+    """A drafter that agrees only on tokens from id 150 up: a reply walking up the vocabulary
+    from below 150 becomes predictable part-way."""
+    return make_test_models(models_dir / "turning", "tiny", 1.0, agree_from=150)
+
+
+def test_reply_whose_agreement_changes_half_way(turning_pair):
+    t, d = turning_pair
+    e = Engine.load(t, d)
+    try:
+        prompt = e.tokenize("!", add_special=True, parse_special=False)  # ends on byte token 45
+        e.costs = gpu_like_costs()  # drafting pays wherever drafts are accepted
+        base, auto = _greedy_pair(e, prompt, 300)
+        assert auto.tokens == base.tokens
+        walk = base.tokens
+        turn = next(i for i, tok in enumerate(walk) if tok >= 150)
+        assert 40 < turn < 200, "the reply must cross into the agreeing part"
+        # how drafted tokens are spread over the reply: almost none before the turn
+        before = sum(auto.drafted[:turn]) / turn
+        after = sum(auto.drafted[turn:]) / (len(walk) - turn)
+        assert before < 0.2 and after > before + 0.2, (before, after)
+    finally:
+        e.close()
+
+
+def test_auto_sampling_keeps_the_distribution(tiny):
+    """Two-sample chi-square over the next 3 tokens, auto MTP vs baseline, 1500 seeds each."""
+    e = Engine.load(tiny["target"], tiny[0.7])
+    try:
+        prompt = e.tokenize("Hello world, this is a test")
+        sp = SamplingParams(temperature=1.0, top_k=8, top_p=1.0)
+        arms, drafted = {}, 0
+        for use_mtp in (False, True):
+            c = Counter()
+            for seed in range(1500):
+                e.costs = gpu_like_costs()  # so that auto drafts (and drafts different lengths)
+                r = e.run(prompt, GenerationConfig(max_tokens=3, use_mtp=use_mtp, draft_max="auto", sampling=sp,
+                                                   seed=seed))
+                c[tuple(r.tokens)] += 1
+                drafted += r.stats.draft_tokens
+            arms[use_mtp] = c
+        assert chi2_pvalue(arms[False], arms[True]) > 0.001
+        assert drafted, "auto must have drafted for this test to mean anything"
+    finally:
+        e.close()
