@@ -16,8 +16,8 @@ from engine import TandemError
 from engine.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError
 from engine.runtime import LoadOptions
-from engine.strategies import AUTO, AUTO_K_MAX
 from engine.sampling import SamplingParams
+from engine.strategies import AUTO, AUTO_K_MAX
 from engine.template_sandbox import RenderCancelled
 
 EMIT_INTERVAL_S = 1 / 30

@@ -7,6 +7,7 @@ Definitions (the same for every strategy, so numbers compare):
   acceptance_rate: accepted drafts / drafted tokens;
   mean_accepted_length: tokens emitted per verify step (accepted drafts + the target's own);
   per_position_acceptance[i]: how often draft i was accepted when it was drafted;
+  mean_draft_length: drafted tokens per MTP step (with auto, 0-length steps included);
   python_share: part of decode time spent outside llama.cpp's decode calls.
 """
 
@@ -31,7 +32,7 @@ class GenerationStats:
     accepted_tokens: int = 0
     llama_s: float = 0.0  # inside llama_decode during decode (target + drafter)
     draft_llama_s: float = 0.0
-    undrafted_steps: int = 0  # MTP steps that drafted nothing (auto found drafts not paying off)
+    undrafted_steps: int = 0  # MTP steps that drafted nothing (auto pausing; or the reply's last token)
     k_now: int = 0  # the draft length of the latest step
     paused: bool = False  # auto has not drafted for several steps
     drafted_at: list[int] = field(default_factory=list)
