@@ -501,7 +501,7 @@ class MainWindow(QMainWindow):
         self._scroll_to_end()
         self._rid += 1
         self._active = {"rid": self._rid, "kind": "chat", "widget": w, "mid": mid, "cid": cid,
-                        "t0": time.perf_counter(), "saved": time.perf_counter()}
+                        "t0": time.perf_counter(), "saved": time.perf_counter(), "drop_oldest": drop_oldest}
         self.stats_bar.reset()
         self._update_controls()
         self.statusBar().showMessage("Generating…")
@@ -632,6 +632,7 @@ class MainWindow(QMainWindow):
             return
         self._active = None
         self._update_controls()
+        self.statusBar().showMessage("Stopped" if kind == "cancelled" else "No reply", 5000)
         if a["kind"] == "compare":
             self._compare_queue.clear()
             self.compare_page.failed(msg or "stopped before both runs finished")
@@ -648,7 +649,14 @@ class MainWindow(QMainWindow):
         self._mark_last()
         if self._closing or kind == "cancelled":
             return
-        if kind == "overflow":
+        if kind == "overflow" and a.get("drop_oldest"):
+            # the oldest turns are already left out: the last message alone does not fit
+            if message(self, QMessageBox.Question, "Message too long for the context",
+                       f"{msg}.\n\nEven without the earlier turns your last message does not leave room "
+                       "for an answer. Shorten it (Edit), or raise the context size. Open Settings now?",
+                       QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
+                self.open_settings()
+        elif kind == "overflow":
             ans = message(self, QMessageBox.Question, "Conversation too long",
                           f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)",
                           QMessageBox.Yes | QMessageBox.No)

@@ -381,3 +381,24 @@ def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
     win.mtp_banner.hide()
     send(qtbot, win, "again")
     assert not win.mtp_banner.isVisible()  # said once per loaded model
+
+
+def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, monkeypatch):
+    """One message that does not fit even alone: offer to drop old turns once, then say the
+    message itself is too long (with a way to raise the context) instead of asking again."""
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
+    asked, opened = [], []
+    monkeypatch.setattr("app.window.message",
+                        lambda parent, icon, title, text, *a: asked.append(title) or QMessageBox.Yes)
+    monkeypatch.setattr(w, "open_settings", lambda: opened.append(True))
+    w.input.setPlainText("word " * 400)
+    w.send()
+    qtbot.waitUntil(lambda: len(asked) >= 2 and w._active is None, timeout=TIMEOUT)
+    qtbot.wait(300)
+    assert asked == ["Conversation too long", "Message too long for the context"]
+    assert opened == [True]
+    assert "Generating" not in w.statusBar().currentMessage()
+    # the message is kept for editing; no empty reply is left behind
+    msgs = w.store.messages(w.conversation_id)
+    assert [m.role for m in msgs] == ["user"]
+    w.close()
