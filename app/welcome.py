@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLa
 
 from engine.errors import TandemError
 from engine.models.catalog import DEFAULT_QUANT, load_catalog
-from engine.models.download import Downloader, DownloadCancelled, Progress
+from engine.models.download import Downloader, DownloadCancelled, HubUnreachable, Progress
 from engine.models.hardware import Machine
 from engine.models.library import Library
 from engine.models.pairing import find_drafter
@@ -27,7 +27,7 @@ def _mb(n: float) -> str:
 class _DownloadWorker(QObject):
     progress = Signal(dict)
     finished = Signal(str, str, list)  # target, drafter ("" = none), notes
-    failed = Signal(str, bool)  # message, cancelled
+    failed = Signal(str, str)  # message, kind: "cancelled" | "offline" | "error"
 
     def __init__(self, downloader: Downloader, model, quant):
         super().__init__()
@@ -41,10 +41,13 @@ class _DownloadWorker(QObject):
         try:
             res = self.downloader.download_pair(self.model, self.quant, report)
         except DownloadCancelled as e:
-            self.failed.emit(str(e), True)
+            self.failed.emit(str(e), "cancelled")
+            return
+        except HubUnreachable as e:
+            self.failed.emit(str(e), "offline")
             return
         except (TandemError, OSError) as e:
-            self.failed.emit(str(e), False)
+            self.failed.emit(str(e), "error")
             return
         self.finished.emit(str(res.target), str(res.drafter or ""), list(res.notes))
 
@@ -60,6 +63,7 @@ class DownloadDialog(QDialog):
         self.result_paths: tuple[str, str] | None = None
         self.notes: list[str] = []
         self.error: str | None = None
+        self.wants_local = False  # offline: the user chose to use files on this computer
         lay = QVBoxLayout(self)
         self.bars, self.labels = {}, {}
         for label, title in (("target", f"{model.title} {quant}"), ("drafter", "MTP drafter")):
@@ -76,6 +80,10 @@ class DownloadDialog(QDialog):
         lay.addWidget(self.status)
         row = QHBoxLayout()
         row.addStretch(1)
+        self.local_btn = QPushButton("Use files on this computer…")  # shown when offline
+        self.local_btn.clicked.connect(self._use_local)
+        self.local_btn.hide()
+        row.addWidget(self.local_btn)
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.clicked.connect(self.cancel)
         row.addWidget(self.cancel_btn)
@@ -111,14 +119,23 @@ class DownloadDialog(QDialog):
         self.library.add(self.model.name, target, drafter or None, "download")
         self.accept()
 
-    def _on_failed(self, message: str, cancelled: bool):
+    def _on_failed(self, message: str, kind: str):
         self._stop_thread()
         self.error = message
-        self.status.setText(("Cancelled. " if cancelled else "Download failed: ") + message)
+        if kind == "offline":
+            self.status.setText("No connection to Hugging Face, so nothing can be downloaded now. If you have "
+                                "Gemma 4 GGUF files on this computer, use them instead.\n\n(" + message + ")")
+            self.local_btn.show()
+        else:
+            self.status.setText(("Cancelled. " if kind == "cancelled" else "Download failed: ") + message)
         self.cancel_btn.setText("Close")
         self.cancel_btn.setEnabled(True)
         self.cancel_btn.clicked.disconnect()
         self.cancel_btn.clicked.connect(self.reject)
+
+    def _use_local(self):
+        self.wants_local = True
+        self.reject()
 
     def _stop_thread(self):
         self.thread.quit()
@@ -223,7 +240,11 @@ class WelcomeDialog(QDialog):
             return
         self.download_dialog = DownloadDialog(Downloader(**self.downloader_args), m, quant, self.library, self)
         self.download_dialog.start()
-        if self.download_dialog.exec() == QDialog.Accepted:
+        accepted = self.download_dialog.exec() == QDialog.Accepted
+        if not accepted and self.download_dialog.wants_local:
+            self.use_local()
+            return
+        if accepted:
             t, d = self.download_dialog.result_paths
             if not d:
                 message(self, QMessageBox.Information, "Downloaded without a drafter",

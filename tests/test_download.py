@@ -273,3 +273,36 @@ def test_unreachable_hub_fails_at_once_without_retry_storm(tmp_path):
     assert r.returncode == 2
     assert "cannot reach the Hub" in r.stderr and "Retry" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_offline_first_run_says_so_at_once_and_offers_local_files(qtbot, tmp_path, monkeypatch):
+    import socket
+
+    from app.welcome import DownloadDialog, WelcomeDialog
+    from engine.models.hardware import Machine
+    from engine.models.library import Library
+
+    with socket.socket() as s:  # a port nobody listens on: the Hub cannot be reached
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    machine = Machine(ram_budget=20e9, cpu_bandwidth=13e9, description="test CPU")
+    dlg = WelcomeDialog(None, {"endpoint": f"http://127.0.0.1:{port}", "cache_dir": tmp_path / "c"},
+                        Library(tmp_path / "m.json"), machine=machine)
+    qtbot.addWidget(dlg)
+    assert dlg.current_model().name == "gemma-4-e2b"  # what runs on a 2-core CPU
+    offered = []
+
+    def run_dialog(self):
+        qtbot.waitUntil(lambda: self.error is not None, timeout=20000)
+        offered.append((self.status.text(), not self.local_btn.isHidden()))
+        self.local_btn.click()
+        return DownloadDialog.Rejected
+
+    monkeypatch.setattr(DownloadDialog, "exec", run_dialog)
+    monkeypatch.setattr(DownloadDialog, "show", lambda self: None)
+    chose_local = []
+    monkeypatch.setattr(WelcomeDialog, "use_local", lambda self: chose_local.append(True))
+    dlg.download()
+    text, button = offered[0]
+    assert "No connection to Hugging Face" in text and "on this computer" in text and "Errno" not in text.split("(")[0]
+    assert button and chose_local == [True]
