@@ -31,26 +31,10 @@ MAX_CTX = 1 << 20
 
 
 def physical_cores() -> int:
-    """Physical cores (threads beyond them slow llama.cpp down); falls back to logical CPUs."""
-    try:
-        cores = set()
-        phys = core = None
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("physical id"):
-                    phys = line.split(":")[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":")[1].strip()
-                elif not line.strip() and core is not None:
-                    cores.add((phys, core))
-                    phys = core = None
-        if core is not None:
-            cores.add((phys, core))
-        if cores:
-            return len(cores)
-    except OSError:
-        pass
-    return max(1, os.cpu_count() or 1)
+    """Physical cores (threads beyond them slow llama.cpp down); logical CPUs if unknown."""
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

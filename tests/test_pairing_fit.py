@@ -170,3 +170,16 @@ def test_catalog_is_complete():
         assert "Q4_K_M" in m.quants and m.target_sources() and 1 <= m.draft_max <= 8
         assert m.shape["n_swa"] == (512 if m.name in ("gemma-4-e2b", "gemma-4-e4b") else 1024)
         assert m.context_length == (131072 if m.name in ("gemma-4-e2b", "gemma-4-e4b") else 262144)
+
+
+def test_machine_facts_come_from_psutil():
+    import os
+
+    import psutil
+
+    from engine.models.hardware import system_ram
+    from engine.runtime import physical_cores
+
+    avail, total = system_ram()
+    assert 0 < avail <= total and abs(total - psutil.virtual_memory().total) < 2**20
+    assert 1 <= physical_cores() <= (os.cpu_count() or 1)

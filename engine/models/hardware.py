@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,21 +20,11 @@ class Device:
 
 
 def system_ram() -> tuple[int, int]:
-    """(available, total) bytes of system memory."""
-    try:
-        info = {}
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, v = line.split(":", 1)
-                info[k] = int(v.split()[0]) * 1024
-        return info.get("MemAvailable", info["MemFree"]), info["MemTotal"]
-    except (OSError, KeyError, ValueError):
-        pass
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return total // 2, total
-    except (ValueError, OSError, AttributeError):
-        return 0, 0
+    """(available, total) bytes of system memory, on every platform psutil supports."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return int(vm.available), int(vm.total)
 
 
 def _ggml():
