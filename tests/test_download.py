@@ -143,7 +143,9 @@ def test_cli_models_download_import_verify(hub, tmp_path):
 
     r = tandem("download", "gemma-4-e2b", "--quant", "Q4_K_M")
     assert r.returncode == 0, r.stderr
-    assert "target" in r.stderr and "100.0%" in r.stderr and "MB/s" in r.stderr
+    # stderr is a pipe here: one line per finished file, no \r bars
+    assert "target: gemma-4-E2B-it-Q4_K_M.gguf" in r.stderr and "done" in r.stderr and "MB/s" in r.stderr
+    assert "\r" not in r.stderr
     r = tandem("verify")
     assert r.returncode == 0 and "ok" in r.stdout.lower()
     r = tandem("list")
@@ -306,3 +308,21 @@ def test_offline_first_run_says_so_at_once_and_offers_local_files(qtbot, tmp_pat
     text, button = offered[0]
     assert "No connection to Hugging Face" in text and "on this computer" in text and "Errno" not in text.split("(")[0]
     assert button and chose_local == [True]
+
+
+def test_download_progress_on_a_terminal_uses_tqdm_bars():
+    import io
+
+    from engine.models.cli import ProgressPrinter
+    from engine.models.download import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    p = ProgressPrinter(out)
+    for done in (0, 2**20, 3 * 2**20, 4 * 2**20):
+        p(Progress("target", "dir/model-Q4_K_M.gguf", done, 4 * 2**20, 1e6, 1.0))
+    text = out.getvalue()
+    assert "model-Q4_K_M.gguf" in text and "100%" in text and "\r" in text

@@ -13,10 +13,32 @@ from .library import Library
 from .pairing import find_drafter
 
 
-def _fmt_progress(p: Progress) -> str:
-    eta = f", {p.eta_s:.0f} s left" if p.eta_s is not None else ""
-    return (f"\r{p.label:<8} {p.filename[-40:]:<40} {p.fraction * 100:5.1f}%  "
-            f"{p.done / 1e6:,.1f}/{p.total / 1e6:,.1f} MB  {p.speed / 1e6:.1f} MB/s{eta}   ")
+class ProgressPrinter:
+    """Download progress on stderr: tqdm bars on a terminal; when stderr is a file or a pipe,
+    one line per finished file (bars redrawn with \r would garble a log)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.bars: dict = {}
+        self.finished: set = set()
+
+    def __call__(self, p: Progress) -> None:
+        key = (p.label, p.filename)
+        if self.tty:
+            from tqdm import tqdm
+
+            bar = self.bars.get(key)
+            if bar is None:
+                bar = self.bars[key] = tqdm(total=p.total, desc=f"{p.label} {Path(p.filename).name}", unit="B",
+                                            unit_scale=True, unit_divisor=1024, file=self.stream, leave=True)
+            bar.update(p.done - bar.n)
+            if p.done >= p.total:
+                bar.close()
+        elif p.done >= p.total and key not in self.finished:
+            self.finished.add(key)
+            self.stream.write(f"{p.label}: {Path(p.filename).name} {p.total / 1e6:,.1f} MB done "
+                              f"({p.speed / 1e6:.1f} MB/s)\n")
 
 
 def cmd_list(args) -> int:
@@ -57,8 +79,7 @@ def cmd_download(args) -> int:
     else:
         model = find(args.name)
         plan, name = d.plan(model, args.quant), model.name
-    res = d.download_plan(plan, lambda p: sys.stderr.write(_fmt_progress(p)))
-    sys.stderr.write("\n")
+    res = d.download_plan(plan, ProgressPrinter())
     for note in res.notes:
         sys.stderr.write(f"note: {note}\n")
     Library().add(name, res.target, res.drafter, "download")
