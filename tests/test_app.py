@@ -402,3 +402,21 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     msgs = w.store.messages(w.conversation_id)
     assert [m.role for m in msgs] == ["user"]
     w.close()
+
+
+def test_dark_theme_shows_disabled_controls_placeholders_and_check_boxes(qapp):
+    from PySide6.QtGui import QPalette
+
+    from app.gui import apply_theme
+
+    try:
+        apply_theme(qapp, "dark")
+        pal = qapp.palette()
+        for role in (QPalette.ButtonText, QPalette.WindowText, QPalette.Text):
+            active, disabled = pal.color(QPalette.Active, role), pal.color(QPalette.Disabled, role)
+            assert active.lightness() - disabled.lightness() > 60  # disabled reads as disabled
+        assert pal.color(QPalette.PlaceholderText).lightness() > 110  # readable on the dark base
+        assert "QCheckBox::indicator" in qapp.styleSheet()  # outlines drawn, not darker-than-window
+    finally:
+        apply_theme(qapp, "light")
+    assert "QCheckBox::indicator {" not in qapp.styleSheet()
