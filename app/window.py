@@ -26,6 +26,7 @@ class MainWindow(QMainWindow):
     # GUI -> engine thread, queued
     _load = Signal(dict)
     _generate = Signal(int, list, dict)
+    _count = Signal(int, list, bool)
     _shutdown = Signal()
 
     def __init__(self, settings: Settings | None = None, store: Store | None = None):
@@ -141,6 +142,8 @@ class MainWindow(QMainWindow):
 
         self.stats_bar = StatsBar()
         rl.addWidget(self.stats_bar)
+        self.context_label = QLabel("context: –")
+        self.statusBar().addPermanentWidget(self.context_label)
         inp = QHBoxLayout()
         self.input = InputBox()
         self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
@@ -182,6 +185,8 @@ class MainWindow(QMainWindow):
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load)
         self._generate.connect(self.worker.generate)
+        self._count.connect(self.worker.count_tokens)
+        self.worker.counted.connect(self._on_counted)
         self._shutdown.connect(self.worker.shutdown)
         self.worker.loaded.connect(self._on_loaded)
         self.worker.load_failed.connect(self._on_load_failed)
@@ -254,6 +259,7 @@ class MainWindow(QMainWindow):
         self._set_model_label(info)
         self.statusBar().showMessage(f"Loaded {info['target_name']} (context {info['n_ctx']} tokens)", 5000)
         self._update_controls()
+        self._count_context()
 
     def _on_load_failed(self, msg):
         self._set_model_label(None)
@@ -342,6 +348,25 @@ class MainWindow(QMainWindow):
         self.stack.setCurrentIndex(0)
         self.setWindowTitle(f"{conv.title} — Tandem")
         self._update_controls()
+        self._count_context()
+
+    def _count_context(self) -> None:
+        """Ask the engine thread how many tokens this chat's history takes."""
+        self.context_label.setText("context: –")
+        if self.model_info is not None and self.conversation_id is not None:
+            self._count.emit(self.conversation_id, self._history(), self.think_switch.isChecked())
+
+    def _on_counted(self, cid: int, used: int, n_ctx: int) -> None:
+        if cid == self.conversation_id:
+            self._show_context(used, n_ctx)
+
+    def _show_context(self, used: int, n_ctx: int) -> None:
+        """The context meter: tokens in use of the context size, amber past 80 %."""
+        share = used / n_ctx if n_ctx else 0.0
+        self.context_label.setText(f"context: {used:,} / {n_ctx:,} tokens ({share * 100:.0f} %)")
+        self.context_label.setStyleSheet("color: #c77c02" if share > 0.8 else "")
+        self.context_label.setToolTip("How much of the model's context this chat uses. Past it, the oldest "
+                                      "turns have to be left out (or the context size raised in Settings).")
 
     def _chat_settings_changed(self, *_):
         if self.conversation_id is None:
@@ -613,6 +638,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(result["stats"].get("footer", ""), 8000)
         self._update_controls()
         self._mark_last()
+        self._count_context()
 
     def _show_mtp_limit(self, result: dict) -> None:
         """Once per loaded model: where measurements show MTP cannot be faster here."""

@@ -35,6 +35,7 @@ class EngineWorker(QObject):
     stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
     finished = Signal(int, dict)  # request id, {"answer", "thinking", "origins", "stats", "timeline", ...}
     failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled"), message
+    counted = Signal(int, int, int)  # conversation id, prompt tokens of its history, context size
 
     def __init__(self):
         super().__init__()
@@ -152,6 +153,17 @@ class EngineWorker(QObject):
             "finish_reason": stats.finish_reason if stats else "error",
             **(self._mtp_limit() if stats and stats.mode == "mtp" else {}),
         })
+
+    @Slot(int, list, bool)
+    def count_tokens(self, cid: int, messages: list, thinking: bool) -> None:
+        """How much of the context a conversation's history takes (for the context meter)."""
+        if self.engine is None or self._closing:
+            return
+        try:
+            n = len(self.engine.format_chat(messages, thinking)) if messages else 0
+        except TandemError:
+            return  # the meter stays as it was; sending will report the problem
+        self.counted.emit(cid, n, self.engine.n_ctx)
 
     @staticmethod
     def _live(stats) -> dict:

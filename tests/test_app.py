@@ -420,3 +420,21 @@ def test_dark_theme_shows_disabled_controls_placeholders_and_check_boxes(qapp):
     finally:
         apply_theme(qapp, "light")
     assert "QCheckBox::indicator {" not in qapp.styleSheet()
+
+
+def test_context_meter_per_chat(qtbot, win):
+    label = win.context_label
+    qtbot.waitUntil(lambda: "/ " in label.text(), timeout=TIMEOUT)  # counted once the model loaded
+    assert label.text().startswith("context: 0 / ")
+    send(qtbot, win, "Hello world, this is a test")
+    qtbot.waitUntil(lambda: not label.text().startswith(("context: 0 ", "context: –")), timeout=TIMEOUT)
+    used = int(label.text().split()[1].replace(",", ""))
+    reply = win._message_widgets()[-1]
+    # the history now holds the prompt and the reply
+    assert used >= reply.stats["prompt_tokens"] + reply.stats["generated_tokens"] - 2
+    assert f"/ {win.model_info['n_ctx']:,} tokens" in label.text()
+    first = win.conversation_id
+    win.new_conversation()
+    qtbot.waitUntil(lambda: label.text().startswith("context: 0 / "), timeout=TIMEOUT)
+    win.open_conversation(first)
+    qtbot.waitUntil(lambda: label.text().startswith(f"context: {used:,} / "), timeout=TIMEOUT)
