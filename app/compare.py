@@ -17,6 +17,31 @@ from .render import for_display
 from .safe_text import SafeBrowser
 
 
+def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None) -> str:
+    """The comparison in plain words: faster, the same, or slower and why."""
+    if not ratio:
+        return "Speed: –"
+    speeds = f"({bt:.1f} → {mt:.1f} tok/s)"
+    if ratio >= 1.05:
+        text = f"<b>MTP was {ratio:.2f}× faster</b> {speeds}."
+    elif ratio >= 0.95:
+        text = f"<b>About the same speed</b> {speeds}: here what the drafter saves and what it costs cancel out."
+    else:
+        acc = mtp_stats.get("acceptance_rate")
+        if mtp_stats.get("draft_max") == "auto" and (mtp_stats.get("mean_draft_length") or 0) < 0.2:
+            why = "drafting did not pay on this text and machine, so auto paused it; the gap is its overhead"
+        elif acc is not None and acc < 0.5:
+            why = f"the model accepted only {acc * 100:.0f} % of the drafter's guesses, so most drafting was wasted"
+        else:
+            why = ("checking several tokens at once costs nearly as much as writing them one by one on this "
+                   "hardware (typical of CPUs); try draft length auto")
+        text = f"<b>MTP was slower here ({ratio:.2f}×)</b> {speeds}: {why}."
+    if usual_tps and bt and abs(bt / usual_tps - 1) > 0.2:
+        text += (f" <span style='color:#c77c02'>The baseline ran at {bt:.1f} tok/s where this machine usually "
+                 f"does {usual_tps:.1f}: it was busy, so run the comparison again.</span>")
+    return text
+
+
 def first_difference(a: str, b: str) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -115,9 +140,7 @@ class ComparePage(QWidget):
         b, m = self.base.result, self.mtp.result
         bt, mt = b["stats"].get("decode_tps"), m["stats"].get("decode_tps")
         ratio = (mt / bt) if bt and mt else None
-        parts = [f"<b>Speed-up: {ratio:.2f}×</b>" if ratio else "Speed-up: –"]
-        if bt and mt:
-            parts.append(f"({bt:.1f} → {mt:.1f} tok/s)")
+        parts = [speed_verdict(ratio, bt, mt, m["stats"], b.get("usual_tps"))]
         if self.greedy:
             diff = first_difference(b["answer"], m["answer"])
             if diff is None:

@@ -221,6 +221,18 @@ class StatsBar(QWidget):
 
     FIELDS = [("decode", "tok/s"), ("ttft", "TTFT"), ("prefill", "prefill"), ("accept", "accepted"),
               ("steplen", "tok/step"), ("k", "k")]
+    TIPS = {
+        "decode": "Speed: tokens written per second once the answer has started",
+        "ttft": "Time to first token: from sending until the first word of the answer appears",
+        "prefill": "How fast the model read your conversation before answering (tokens per second)",
+        "accept": "Share of the drafter's guesses the model accepted. High on code and repetitive text, "
+                  "lower on creative prose",
+        "steplen": "Tokens produced per pass of the big model: 1 without MTP; 3 means each pass produced "
+                   "three tokens, because the model accepted two guesses and added its own",
+        "k": "Draft length: how many tokens the drafter guesses per step. 'auto' chooses it every step "
+             "from what drafting costs on this computer and how often guesses are accepted, and pauses "
+             "drafting when it would only slow things down",
+    }
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -230,6 +242,7 @@ class StatsBar(QWidget):
         for key, title in self.FIELDS:
             lab = QLabel(f"{title}: –")
             lab.setMinimumWidth(90)
+            lab.setToolTip(self.TIPS[key])
             lay.addWidget(lab)
             self.labels[key] = (lab, title)
         self.chart = SpeedChart(self)

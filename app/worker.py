@@ -124,6 +124,7 @@ class EngineWorker(QObject):
         except (TandemError, ValueError) as err:
             self.failed.emit(rid, "error", str(err))
             return
+        usual_tps = self._usual_tps()  # before this run's own steps enter the median
         answer, thinking, origins, timeline = [], [], [], []
         pending, last_emit = [], 0.0
         t0 = time.perf_counter()
@@ -151,6 +152,7 @@ class EngineWorker(QObject):
             "answer": "".join(answer), "thinking": "".join(thinking), "origins": origins,
             "timeline": timeline, "stats": self._live(stats) if stats else {},
             "finish_reason": stats.finish_reason if stats else "error",
+            "usual_tps": usual_tps,
             **(self._mtp_limit() if stats and stats.mode == "mtp" else {}),
         })
 
@@ -170,6 +172,12 @@ class EngineWorker(QObject):
         d = stats.to_dict()
         d["footer"] = stats.footer()
         return d
+
+    def _usual_tps(self) -> float | None:
+        """Plain decoding speed this machine usually reaches with this model (the median of
+        recent one-token steps), to tell a busy machine from a real difference."""
+        one = self.engine.costs.batch_cost(1)
+        return 1.0 / one if one else None
 
     def _mtp_limit(self) -> dict:
         """Where the measured costs say MTP cannot beat plain decoding on this machine even if

@@ -98,7 +98,8 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     assert win.stack.currentIndex() == 1
     assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
     assert page.base.result["answer"] == page.mtp.result["answer"] != ""
-    assert "identical output" in page.verdict.text() and "Speed-up" in page.verdict.text()
+    assert "identical output" in page.verdict.text()
+    assert any(w in page.verdict.text() for w in ("faster", "About the same speed", "slower here"))
     shown = page.base.view.toPlainText(), page.mtp.view.toPlainText()
     page.replay()
     assert page.replaying
@@ -438,3 +439,30 @@ def test_context_meter_per_chat(qtbot, win):
     qtbot.waitUntil(lambda: label.text().startswith("context: 0 / "), timeout=TIMEOUT)
     win.open_conversation(first)
     qtbot.waitUntil(lambda: label.text().startswith(f"context: {used:,} / "), timeout=TIMEOUT)
+
+
+def test_compare_verdict_in_plain_words():
+    from app.compare import speed_verdict
+
+    assert "MTP was 1.80× faster" in speed_verdict(1.8, 10.0, 18.0, {"acceptance_rate": 0.9})
+    assert "About the same speed" in speed_verdict(1.0, 10.0, 10.0, {})
+    slow = speed_verdict(0.6, 10.0, 6.0, {"acceptance_rate": 0.3, "draft_max": 3})
+    assert "slower here" in slow and "30 %" in slow
+    paused = speed_verdict(0.9, 10.0, 9.0, {"draft_max": "auto", "mean_draft_length": 0.0, "acceptance_rate": 0.4})
+    assert "auto paused it" in paused
+    cpu = speed_verdict(0.8, 10.0, 8.0, {"acceptance_rate": 0.9, "draft_max": 3})
+    assert "costs nearly as much" in cpu
+    busy = speed_verdict(1.0, 6.1, 6.1, {}, usual_tps=44.0)
+    assert "it was busy" in busy and "44.0" in busy
+    assert "busy" not in speed_verdict(1.0, 43.0, 43.0, {}, usual_tps=44.0)
+
+
+def test_every_number_and_mtp_are_explained(qtbot, win, monkeypatch):
+    for key, (label, _) in win.stats_bar.labels.items():
+        assert len(label.toolTip()) > 30, key
+    assert "same answer" in win.mtp_switch.toolTip().lower()
+    shown = []
+    monkeypatch.setattr(QMessageBox, "information", lambda parent, title, text: shown.append(text))
+    help_menu = next(a.menu() for a in win.menuBar().actions() if a.text() == "&Help")
+    next(a for a in help_menu.actions() if a.text() == "How MTP works").trigger()
+    assert shown and "exactly the same" in shown[0]
