@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -57,6 +58,38 @@ class Conversation:
     title: str
     updated: float
     settings: dict = field(default_factory=dict)
+
+
+FENCE_LINE = re.compile(r"^\s*(```|~~~)")
+
+
+def chat_title(text: str, limit: int = 48) -> str:
+    """A chat's title from its first message: the first line of prose (not code, not a fence),
+    Markdown marks dropped, cut at a word."""
+    in_code = False
+    for line in text.splitlines():
+        if FENCE_LINE.match(line):
+            in_code = not in_code
+            continue
+        words = re.sub(r"^[#>*\-+\s]+|[*_`]", "", line).split() if not in_code else []
+        if words:
+            title = " ".join(words)
+            if len(title) > limit:
+                title = title[:limit].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
+            return title
+    return "Code snippet" if text.strip() else "New chat"
+
+
+def file_name(title: str) -> str:
+    """A title made safe as a file name on every platform."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip(" .")
+    return name[:80] or "chat"
+
+
+def _closed_fences(text: str) -> str:
+    """Markdown whose last code fence is closed (a reply cut off inside a code block)."""
+    open_fence = sum(1 for line in text.splitlines() if FENCE_LINE.match(line)) % 2
+    return text + ("\n```" if open_fence else "")
 
 
 def default_db_path() -> Path:
@@ -258,15 +291,15 @@ class Store:
         out = [f"# {c.title}\n"]
         for m in self.messages(cid):
             who = {"user": "You", "assistant": "Gemma", "system": "System"}.get(m.role, m.role)
-            out.append(f"**{who}:**\n\n{m.content}\n")
+            out.append(f"**{who}:**\n\n{_closed_fences(m.content)}\n")
             if m.stats and m.stats.get("footer"):
                 out.append(f"*{m.stats['footer']}*\n")
         return "\n".join(out)
 
-    def export_json(self, cid: int) -> str:
+    def export_json(self, cid: int, models: dict | None = None, app_settings: dict | None = None) -> str:
         c = self.conversation(cid)
         return json.dumps({
-            "title": c.title, "settings": c.settings,
+            "title": c.title, "settings": c.settings, "models": models or {}, "generation": app_settings or {},
             "messages": [{"role": m.role, "content": m.content, "thinking": m.thinking, "stats": m.stats}
                          for m in self.messages(cid)],
         }, indent=2, ensure_ascii=False)

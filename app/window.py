@@ -8,14 +8,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
-                               QListWidget, QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPushButton,
-                               QScrollArea, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
+                               QMessageBox, QPushButton, QScrollArea, QSpinBox, QSplitter,
+                               QStackedWidget, QVBoxLayout, QWidget)
 
+from .chat_list import ChatList
 from .compare import ComparePage
 from .safe_text import message
 from .settings import Settings
-from .store import Store
+from .store import Store, chat_title, file_name
 from .widgets import InputBox, MessageWidget, StatsBar
 from .worker import EngineWorker
 
@@ -62,22 +63,13 @@ class MainWindow(QMainWindow):
     # ---- construction ----------------------------------------------------------------
     def _build_ui(self):
         split = QSplitter(Qt.Horizontal, self)
-        left = QWidget()
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(6, 6, 6, 6)
-        self.new_btn = QPushButton("+ New chat")
-        self.new_btn.clicked.connect(self.new_conversation)
-        self.search = QLineEdit()
-        self.search.setPlaceholderText("Search chats…")
-        self.search.setClearButtonEnabled(True)
-        self.search.textChanged.connect(self._refresh_conversations)
-        self.conv_list = QListWidget()
-        self.conv_list.itemClicked.connect(lambda it: self.open_conversation(it.data(Qt.UserRole)))
-        self.conv_list.setContextMenuPolicy(Qt.CustomContextMenu)
-        self.conv_list.customContextMenuRequested.connect(self._conv_menu)
-        ll.addWidget(self.new_btn)
-        ll.addWidget(self.search)
-        ll.addWidget(self.conv_list, 1)
+        self.chat_list = ChatList(self.store)
+        self.chat_list.new_requested.connect(self.new_conversation)
+        self.chat_list.open_requested.connect(self.open_conversation)
+        self.chat_list.rename_requested.connect(self.rename_conversation)
+        self.chat_list.delete_requested.connect(lambda ids: [self.delete_conversation(c) for c in ids])
+        self.chat_list.export_requested.connect(lambda kind, cid: self.export(kind, cid))
+        left = self.chat_list
         split.addWidget(left)
 
         right = QWidget()
@@ -331,13 +323,7 @@ class MainWindow(QMainWindow):
 
     # ---- conversations ---------------------------------------------------------------
     def _refresh_conversations(self, *_):
-        self.conv_list.clear()
-        for c in self.store.conversations(self.search.text().strip()):
-            it = QListWidgetItem(c.title)
-            it.setData(Qt.UserRole, c.id)
-            self.conv_list.addItem(it)
-            if c.id == self.conversation_id:
-                it.setSelected(True)
+        self.chat_list.refresh(self.conversation_id)
 
     def new_conversation(self):
         if self._active:
@@ -398,29 +384,6 @@ class MainWindow(QMainWindow):
         self.store.set_conversation_settings(self.conversation_id, s)
         self._update_controls()
 
-    def _conv_menu(self, pos):
-        it = self.conv_list.itemAt(pos)
-        if not it:
-            return
-        cid = it.data(Qt.UserRole)
-        m = QMenu(self)
-        ren = m.addAction("Rename…")
-        md = m.addAction("Export as Markdown…")
-        js = m.addAction("Export as JSON…")
-        m.addSeparator()
-        dl = m.addAction("Delete")
-        act = m.exec(self.conv_list.mapToGlobal(pos))
-        if act == ren:
-            title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=it.text())
-            if ok and title.strip():
-                self.rename_conversation(cid, title.strip())
-        elif act == dl:
-            if message(self, QMessageBox.Question, "Delete chat", f"Delete “{it.text()}”?",
-                       QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
-                self.delete_conversation(cid)
-        elif act in (md, js):
-            self.export("md" if act == md else "json", cid)
-
     def rename_conversation(self, cid, title):
         self.store.rename(cid, title)
         self._refresh_conversations()
@@ -445,10 +408,14 @@ class MainWindow(QMainWindow):
         if cid is None:
             return
         title = self.store.conversation(cid).title
-        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{title}.{kind}",
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{file_name(title)}.{kind}",
                                               "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
         if path:
-            data = self.store.export_markdown(cid) if kind == "md" else self.store.export_json(cid)
+            info = self.model_info or {}
+            models = {"target": info.get("target_name", ""), "drafter": info.get("drafter_name", "")}
+            keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "n_ctx", "system_prompt")
+            data = (self.store.export_markdown(cid) if kind == "md" else
+                    self.store.export_json(cid, models=models, app_settings={k: self.settings[k] for k in keys}))
             Path(path).write_text(data, "utf-8")
 
     # ---- message widgets ---------------------------------------------------------------
@@ -532,7 +499,7 @@ class MainWindow(QMainWindow):
         self.input.clear()
         cid = self.conversation_id
         if self.store.conversation(cid).title == "New chat":
-            self.store.rename(cid, text.splitlines()[0][:48])
+            self.store.rename(cid, chat_title(text))
             self._refresh_conversations()
         mid = self.store.add_message(cid, "user", text)
         self._add_message_widget("user", mid).set_content(text)

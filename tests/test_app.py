@@ -59,7 +59,7 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     assert win.stats_bar.labels["k"][0].text() == "k: 3"
     assert len(win.stats_bar.chart.points) >= 1
     # the conversation got a title from the first message
-    assert win.conv_list.item(0).text().startswith("Hello world")
+    assert win.chat_list.titles()[0].startswith("Hello world")
 
 
 def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
@@ -160,12 +160,12 @@ def test_persistence_survives_restart(qtbot, tmp_path, tiny):
     msgs = w2._message_widgets()
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[1].text == text and msgs[1].footer.text() == footer
-    assert w2.conv_list.item(0).text() == "Kept chat"
+    assert w2.chat_list.titles() == ["Kept chat"]
     # search by title and by message text
-    w2.search.setText("remember")
-    assert w2.conv_list.count() == 1
-    w2.search.setText("no such words")
-    assert w2.conv_list.count() == 0
+    w2.chat_list.search.setText("remember")
+    assert w2.chat_list.titles() == ["Kept chat"]
+    w2.chat_list.search.setText("no such words")
+    assert w2.chat_list.titles() == []
     w2.close()
 
 
@@ -466,3 +466,69 @@ def test_every_number_and_mtp_are_explained(qtbot, win, monkeypatch):
     help_menu = next(a.menu() for a in win.menuBar().actions() if a.text() == "&Help")
     next(a for a in help_menu.actions() if a.text() == "How MTP works").trigger()
     assert shown and "exactly the same" in shown[0]
+
+
+@pytest.mark.parametrize("text,title", [
+    ("```python\nprint(1)\n```\nWhy does this print 1?", "Why does this print 1?"),
+    ("# Plan\nsecond line", "Plan"),
+    ("```\nonly code\n```", "Code snippet"),
+    ("Please explain how speculative decoding works in llama.cpp and why it is lossless",
+     "Please explain how speculative decoding works…"),
+])
+def test_chat_titles_come_from_the_first_line_of_prose(text, title):
+    from app.store import chat_title
+
+    assert chat_title(text) == title
+
+
+def test_exports_close_fences_and_carry_models(tmp_path):
+    import json
+
+    from app.store import file_name
+
+    s = Store(tmp_path / "c.sqlite3")
+    cid = s.create_conversation("```python", {"use_mtp": True, "draft_max": 0})
+    s.add_message(cid, "user", "write code")
+    s.add_message(cid, "assistant", "Here:\n```python\nprint(1)\n")  # cut off inside the block
+    md = s.export_markdown(cid)
+    assert sum(1 for line in md.splitlines() if line.startswith("```")) % 2 == 0  # every block closed
+    data = json.loads(s.export_json(cid, models={"target": "t.gguf", "drafter": "d.gguf"},
+                                    app_settings={"temperature": 0.0}))
+    assert data["models"]["target"] == "t.gguf" and data["generation"]["temperature"] == 0.0
+    assert data["settings"]["draft_max"] == 0
+    assert file_name('a/b:c*?"<>|') == "a b c" and file_name("```python") == "```python"
+    assert file_name("...") == "chat"
+    s.close()
+
+
+def test_chat_list_groups_by_date_deletes_with_the_key_and_multi_select(qtbot, tmp_path, tiny, monkeypatch):
+    import sqlite3
+
+    from PySide6.QtCore import Qt as QtCore_Qt
+
+    from app.chat_list import date_group
+
+    now = time.time()
+    assert date_group(now, now) == "Today" and date_group(now - 86400, now) == "Yesterday"
+    assert date_group(now - 3 * 86400, now) == "Previous 7 days" and date_group(now - 30 * 86400, now) == "Older"
+    store = Store(tmp_path / "chats.sqlite3")
+    ids = [store.create_conversation(f"chat {i}") for i in range(3)]
+    store.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now - 40 * 86400, ids[0]))
+    store.db.commit()
+    store.close()
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
+    rows = [w.chat_list.list.item(i).text() for i in range(w.chat_list.list.count())]
+    assert rows[0] == "Today" and "Older" in rows and rows[-1] == "chat 0"
+    monkeypatch.setattr("app.chat_list.message", lambda *a: QMessageBox.Yes)
+    lst = w.chat_list.list
+    lst.clearSelection()
+    for i in range(lst.count()):
+        if lst.item(i).text() in ("chat 1", "chat 2"):
+            lst.item(i).setSelected(True)
+    lst.setFocus()
+    qtbot.keyClick(lst, QtCore_Qt.Key_Delete)
+    assert "chat 1" not in w.chat_list.titles() and "chat 2" not in w.chat_list.titles()
+    assert "chat 0" in w.chat_list.titles()
+    assert sqlite3.connect(tmp_path / "chats.sqlite3").execute("SELECT COUNT(*) FROM conversations "
+                                                               "WHERE title LIKE 'chat %'").fetchone()[0] == 1
+    w.close()
