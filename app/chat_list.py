@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFont, QKeySequence, QShortcut
+from PySide6.QtGui import QColor, QFont, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QAbstractItemView, QInputDialog, QLineEdit, QListWidget, QListWidgetItem, QMenu,
                                QMessageBox, QPushButton, QVBoxLayout, QWidget)
 
@@ -69,7 +69,8 @@ class ChatList(QWidget):
             if g != group:
                 group = g
                 head = QListWidgetItem(g)
-                head.setFlags(Qt.NoItemFlags)
+                head.setFlags(Qt.ItemIsEnabled)  # a heading: shown, never selected
+                head.setForeground(QColor("#80868b"))
                 font = QFont(head.font())
                 font.setBold(True)
                 font.setPointSizeF(max(7.0, font.pointSizeF() * 0.85))

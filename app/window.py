@@ -69,6 +69,7 @@ class MainWindow(QMainWindow):
         self.chat_list.rename_requested.connect(self.rename_conversation)
         self.chat_list.delete_requested.connect(lambda ids: [self.delete_conversation(c) for c in ids])
         self.chat_list.export_requested.connect(lambda kind, cid: self.export(kind, cid))
+        self.chat_list.setMinimumWidth(170)  # titles stay readable when the window is narrow
         left = self.chat_list
         split.addWidget(left)
 
