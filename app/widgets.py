@@ -247,6 +247,7 @@ class StatsBar(QWidget):
             self.labels[key] = (lab, title)
         self.chart = SpeedChart(self)
         lay.addWidget(self.chart, 1)
+        self._last_live = -1.0
 
     def _set_k(self, s: dict) -> None:
         lab, _ = self.labels["k"]
@@ -267,8 +268,16 @@ class StatsBar(QWidget):
         for key, _ in self.FIELDS:
             self._set(key, "–")
         self.chart.clear()
+        self._last_live = -1.0
 
-    def update_stats(self, s: dict, t: float | None = None):
+    LIVE_INTERVAL_S = 0.25  # live numbers and chart at most 4 times a second: painting them costs
+    # the CPU that decoding needs on small machines, and a faster flicker tells a reader nothing
+
+    def update_stats(self, s: dict, t: float | None = None, final: bool = False):
+        if t is not None and not final:  # live updates are throttled; the final one always shows
+            if t - self._last_live < self.LIVE_INTERVAL_S and t >= self._last_live:
+                return
+            self._last_live = t
         f = lambda v, fmt: "–" if v is None else format(v, fmt)  # noqa: E731
         self._set("decode", f(s.get("decode_tps"), ".1f"))
         self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")

@@ -615,7 +615,7 @@ class MainWindow(QMainWindow):
             return
         self._active = None
         self._show_mtp_limit(result)
-        self.stats_bar.update_stats(result["stats"])
+        self.stats_bar.update_stats(result["stats"], time.perf_counter() - a["t0"], final=True)
         if a["kind"] == "compare":
             self.compare_page.done(a["which"], result)
             self._update_controls()

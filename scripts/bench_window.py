@@ -33,13 +33,20 @@ def engine_run(engine, tokens: int) -> float:
 
 
 def window_run(app, win, tokens: int) -> float:
+    """One reply through the window, with Qt's own event loop waiting (as in the app)."""
+    from PySide6.QtCore import QEventLoop
+
     win.new_conversation()
     win.settings["max_tokens"] = tokens
     win.input.setPlainText(PROMPT)
+    loop = QEventLoop()
+    win.worker.finished.connect(loop.quit)
+    win.worker.failed.connect(loop.quit)
     win.send()
-    while win._active is not None:
-        app.processEvents()
-        time.sleep(0.001)
+    loop.exec()
+    win.worker.finished.disconnect(loop.quit)
+    win.worker.failed.disconnect(loop.quit)
+    app.processEvents()  # deliver the finished reply to the window
     return win._message_widgets()[-1].stats["decode_tps"]
 
 
