@@ -23,6 +23,8 @@ DEFAULTS = {
     "theme": "system",  # system | light | dark
     "use_mtp": True,
     "draft_max": 0,  # 0 = auto
+    "font_scale": 1.0,  # Ctrl+plus / Ctrl+minus / Ctrl+0
+    "geometry": "",  # the window's size and place, restored at the next start (Qt's saveGeometry, base64)
 }
 
 

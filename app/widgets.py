@@ -291,10 +291,14 @@ class StatsBar(QWidget):
 
 
 class InputBox(QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline, Esc stops."""
+    """Enter sends, Shift+Enter inserts a newline, Esc stops, Tab moves on to the next control."""
 
     send = Signal()
     stop = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
 
     def keyPressEvent(self, e):
         if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
@@ -304,3 +308,37 @@ class InputBox(QPlainTextEdit):
             self.stop.emit()
             return
         super().keyPressEvent(e)
+
+
+class EmptyState(QWidget):
+    """What a new chat shows: a few example prompts to start from."""
+
+    EXAMPLES = [
+        ("Coding", "Write a Python function that reads a CSV file and returns the average of each column."),
+        ("Explanation", "Explain how a hash map works, with a small example."),
+        ("Speed demo", "Count from one to fifty in words, separated by commas."),
+    ]
+    chosen = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(24, 24, 24, 8)
+        title = QLabel("Start a chat")
+        title.setStyleSheet("font-size: 18px; font-weight: 600")
+        lay.addWidget(title)
+        hint = QLabel("Type below, or try one of these. Repetitive and code answers are where the drafter "
+                      "helps most; Compare runs a prompt with and without it.")
+        hint.setWordWrap(True)
+        hint.setStyleSheet("color: gray")
+        lay.addWidget(hint)
+        row = QHBoxLayout()
+        for kind, prompt in self.EXAMPLES:
+            b = QToolButton(self)
+            b.setText(f"{kind}\n{prompt}")
+            b.setToolButtonStyle(Qt.ToolButtonTextOnly)
+            b.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+            b.setToolTip(prompt)
+            b.clicked.connect(lambda _=False, p=prompt: self.chosen.emit(p))
+            row.addWidget(b)
+        lay.addLayout(row)

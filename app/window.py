@@ -6,9 +6,9 @@ import html
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QThread, QTimer, Qt, Signal
+from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
                                QMessageBox, QPushButton, QScrollArea, QSpinBox, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
@@ -17,7 +17,7 @@ from .compare import ComparePage
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
-from .widgets import InputBox, MessageWidget, StatsBar
+from .widgets import EmptyState, InputBox, MessageWidget, StatsBar
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
@@ -36,6 +36,7 @@ class MainWindow(QMainWindow):
         self.store = store if store is not None else Store()
         self.setWindowTitle("Tandem")
         self.resize(1180, 780)
+        self._base_font_size = self.font().pointSizeF()
         self.model_info: dict | None = None
         self.conversation_id: int | None = None
         self._rid = 0
@@ -45,6 +46,9 @@ class MainWindow(QMainWindow):
         self._mtp_limit_said = False
 
         self._build_ui()
+        self.restore_geometry()
+        if self.settings.get("font_scale", 1.0) != 1.0:
+            self._apply_font_scale()
         self._start_worker()
         self._refresh_conversations()
         convs = self.store.conversations()
@@ -127,7 +131,14 @@ class MainWindow(QMainWindow):
         self.msg_layout = QVBoxLayout(self.msg_host)
         self.msg_layout.addStretch(1)
         self.scroll.setWidget(self.msg_host)
-        self.stack.addWidget(self.scroll)
+        chat_page = QWidget()
+        cl = QVBoxLayout(chat_page)
+        cl.setContentsMargins(0, 0, 0, 0)
+        self.empty_state = EmptyState()
+        self.empty_state.chosen.connect(self._example_chosen)
+        cl.addWidget(self.empty_state)
+        cl.addWidget(self.scroll, 1)
+        self.stack.addWidget(chat_page)
         self.compare_page = ComparePage()
         self.compare_page.back.connect(lambda: self.stack.setCurrentIndex(0))
         self.stack.addWidget(self.compare_page)
@@ -165,6 +176,13 @@ class MainWindow(QMainWindow):
                 act.setShortcut(key)
             act.triggered.connect(slot)
             menu.addAction(act)
+        view = self.menuBar().addMenu("&View")
+        for text, key, step in (("Larger text", QKeySequence.ZoomIn, 0.1), ("Smaller text", QKeySequence.ZoomOut, -0.1),
+                                ("Normal text size", QKeySequence("Ctrl+0"), 0.0)):
+            act = QAction(text, self)
+            act.setShortcut(key)
+            act.triggered.connect(lambda _=False, d=step: self.scale_font(d))
+            view.addAction(act)
         help_menu = self.menuBar().addMenu("&Help")
         how = QAction("How MTP works", self)
         how.triggered.connect(self.explain_mtp)
@@ -314,8 +332,6 @@ class MainWindow(QMainWindow):
             return
         reload, theme = dlg.apply()
         if theme:
-            from PySide6.QtWidgets import QApplication
-
             apply_theme(QApplication.instance(), self.settings["theme"])
             for w in self._message_widgets():
                 w.refresh()
@@ -440,10 +456,15 @@ class MainWindow(QMainWindow):
     def _mark_last(self):
         """Edit on the last user message, Regenerate on the last reply."""
         ws = self._message_widgets()
+        self.empty_state.setVisible(not ws)
         last_user = max((i for i, w in enumerate(ws) if w.role == "user"), default=-1)
         for i, w in enumerate(ws):
             w.buttons["edit"].setVisible(w.role == "user" and i == last_user)
             w.buttons["regenerate"].setVisible(w.role == "assistant" and i == len(ws) - 1)
+
+    def _example_chosen(self, prompt: str) -> None:
+        self.input.setPlainText(prompt)
+        self.send()
 
     def _scroll_to_end(self):
         QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.scroll.verticalScrollBar().maximum()))
@@ -682,7 +703,26 @@ class MainWindow(QMainWindow):
             message(self, QMessageBox.Warning, "Generation failed", msg)
 
     # ---- closing -----------------------------------------------------------------------
+    def scale_font(self, step: float) -> None:
+        """Text size for the whole window: step +/-0.1 of the normal size, 0 back to normal."""
+        scale = 1.0 if step == 0 else min(2.5, max(0.6, round(self.settings.get("font_scale", 1.0) + step, 2)))
+        self.settings["font_scale"] = scale
+        self._apply_font_scale()
+
+    def _apply_font_scale(self) -> None:
+        font = self.font()
+        font.setPointSizeF(self._base_font_size * float(self.settings.get("font_scale", 1.0)))
+        self.setFont(font)  # children follow their window's font
+        for w in self._message_widgets():
+            w.refresh()
+
+    def restore_geometry(self) -> None:
+        data = self.settings.get("geometry") or ""
+        if data:
+            self.restoreGeometry(QByteArray.fromBase64(data.encode("ascii")))
+
     def closeEvent(self, e):
+        self.settings["geometry"] = bytes(self.saveGeometry().toBase64()).decode("ascii")
         self._closing = True
         self.worker.request_close()
         self._shutdown.emit()
