@@ -314,9 +314,10 @@ class EmptyState(QWidget):
     """What a new chat shows: a few example prompts to start from."""
 
     EXAMPLES = [
-        ("Coding", "Write a Python function that reads a CSV file and returns the average of each column."),
-        ("Explanation", "Explain how a hash map works, with a small example."),
-        ("Speed demo", "Count from one to fifty in words, separated by commas."),
+        ("Coding: averages of a CSV", "Write a Python function that reads a CSV file and returns the average "
+                                      "of each column."),
+        ("Explain: hash maps", "Explain how a hash map works, with a small example."),
+        ("Speed demo: count to fifty", "Count from one to fifty in words, separated by commas."),
     ]
     chosen = Signal(str)
 
@@ -327,7 +328,7 @@ class EmptyState(QWidget):
         title = QLabel("Start a chat")
         title.setStyleSheet("font-size: 18px; font-weight: 600")
         lay.addWidget(title)
-        hint = QLabel("Type below, or try one of these. Repetitive and code answers are where the drafter "
+        hint = QLabel("Type below, or try one of these. Code and repetitive answers are where the drafter "
                       "helps most; Compare runs a prompt with and without it.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: gray")
@@ -335,9 +336,11 @@ class EmptyState(QWidget):
         row = QHBoxLayout()
         for kind, prompt in self.EXAMPLES:
             b = QToolButton(self)
-            b.setText(f"{kind}\n{prompt}")
+            b.setText(kind)
             b.setToolButtonStyle(Qt.ToolButtonTextOnly)
-            b.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+            # never wider than the window allows: the whole prompt is in the tooltip
+            b.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+            b.setMinimumWidth(60)
             b.setToolTip(prompt)
             b.clicked.connect(lambda _=False, p=prompt: self.chosen.emit(p))
             row.addWidget(b)
