@@ -26,6 +26,8 @@ from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .strategies import AUTO, CostModel, make_strategy
+
+SEEDED_DRAFT_MAX = 2  # the draft length of seeded sampling when auto was asked for
 from .strategies.base import DecodeState, Step
 from .text import TextAssembler, TokenPiece
 
@@ -285,7 +287,13 @@ class Engine:
             raise MTPUnavailableError(
                 "MTP needs a Gemma 4 target with its matching gemma-4 assistant drafter; "
                 "none is loaded")
-        strategy = make_strategy("mtp" if use_mtp else "baseline", config.draft_max)
+        draft_max = config.draft_max
+        if draft_max == AUTO and config.seed is not None and not config.sampling.greedy:
+            # A seed asks for the same sample every time. Auto's lengths follow wall-clock costs,
+            # and each length draws different random numbers, so seeded sampling drafts a fixed
+            # length instead (the distribution is exact either way).
+            draft_max = SEEDED_DRAFT_MAX
+        strategy = make_strategy("mtp" if use_mtp else "baseline", draft_max)
         self._cancel.clear()
         return self._run(list(prompt), config, strategy)
 
@@ -344,7 +352,7 @@ class Engine:
     def _run_locked(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
         rt = self.rt
         stats = GenerationStats(mode=strategy.name,
-                                draft_max=config.draft_max if strategy.name == "mtp" else 0,
+                                draft_max=strategy.draft_label if strategy.name == "mtp" else 0,
                                 prompt_tokens=len(prompt))
         rng = np.random.default_rng(config.seed)
         need_h = strategy.needs_drafter

@@ -123,12 +123,29 @@ def test_auto_sampling_keeps_the_distribution(tiny):
             c = Counter()
             for seed in range(1500):
                 e.costs = gpu_like_costs()  # so that auto drafts (and drafts different lengths)
-                r = e.run(prompt, GenerationConfig(max_tokens=3, use_mtp=use_mtp, draft_max="auto", sampling=sp,
-                                                   seed=seed))
+                # unseeded: a seed would make auto draft a fixed length (see the next test)
+                r = e.run(prompt, GenerationConfig(max_tokens=3, use_mtp=use_mtp, draft_max="auto", sampling=sp))
                 c[tuple(r.tokens)] += 1
                 drafted += r.stats.draft_tokens
             arms[use_mtp] = c
         assert chi2_pvalue(arms[False], arms[True]) > 0.001
         assert drafted, "auto must have drafted for this test to mean anything"
+    finally:
+        e.close()
+
+
+def test_seeded_sampling_with_auto_is_reproducible(tiny):
+    """Auto's lengths follow wall-clock costs; a seed asks for the same sample every time, so
+    seeded sampling drafts a fixed length."""
+    e = Engine.load(tiny["target"], tiny[0.7])
+    try:
+        prompt = e.tokenize("The quick brown fox")
+        sp = SamplingParams(temperature=1.5, top_k=16)
+        runs = [e.run(prompt, GenerationConfig(max_tokens=24, draft_max="auto", sampling=sp, seed=7)) for _ in range(3)]
+        assert runs[0].tokens == runs[1].tokens == runs[2].tokens
+        assert runs[0].stats.draft_max == 2 and runs[0].stats.draft_tokens > 0
+        e.costs = gpu_like_costs()
+        greedy = e.run(prompt, GenerationConfig(max_tokens=24, draft_max="auto", seed=7))
+        assert greedy.stats.draft_max == "auto"  # greedy needs no such care: its output never varies
     finally:
         e.close()

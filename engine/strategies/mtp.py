@@ -36,6 +36,11 @@ class MTP(DecodeStrategy):
             raise ValueError("draft length must be at least 1, or 'auto'")
         self.controller: DraftController | None = None
 
+    @property
+    def draft_label(self) -> int | str:
+        """What the stats call this draft length: 'auto' or the fixed number."""
+        return AUTO if self.adaptive else self.draft_max
+
     def prepare(self, st: DecodeState) -> None:
         st.rt.target.set_hidden_output(True)
         if self.adaptive:
