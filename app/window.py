@@ -176,6 +176,10 @@ class MainWindow(QMainWindow):
                 act.setShortcut(key)
             act.triggered.connect(slot)
             menu.addAction(act)
+        chat_menu = self.menuBar().addMenu("&Chat")
+        sys_act = QAction("System prompt for this chat…", self)
+        sys_act.triggered.connect(self.edit_system_prompt)
+        chat_menu.addAction(sys_act)
         view = self.menuBar().addMenu("&View")
         for text, key, step in (("Larger text", QKeySequence.ZoomIn, 0.1), ("Smaller text", QKeySequence.ZoomOut, -0.1),
                                 ("Normal text size", QKeySequence("Ctrl+0"), 0.0)):
@@ -396,8 +400,8 @@ class MainWindow(QMainWindow):
     def _chat_settings_changed(self, *_):
         if self.conversation_id is None:
             return
-        s = {"use_mtp": self.mtp_switch.isChecked(), "draft_max": self.draft_spin.value(),
-             "thinking": self.think_switch.isChecked()}
+        s = {**self.store.conversation(self.conversation_id).settings, "use_mtp": self.mtp_switch.isChecked(),
+             "draft_max": self.draft_spin.value(), "thinking": self.think_switch.isChecked()}
         self.store.set_conversation_settings(self.conversation_id, s)
         self._update_controls()
 
@@ -499,8 +503,26 @@ class MainWindow(QMainWindow):
         self.stop() if self._active else self.send()
 
     def _with_system(self, msgs: list[dict]) -> list[dict]:
-        sp = self.settings.get("system_prompt", "").strip()
+        """The chat's own system prompt if it has one, else the default from Settings."""
+        conv = self.store.conversation(self.conversation_id) if self.conversation_id is not None else None
+        own = (conv.settings.get("system_prompt") or "").strip() if conv else ""
+        sp = own or self.settings.get("system_prompt", "").strip()
         return ([{"role": "system", "content": sp}] if sp else []) + msgs
+
+    def edit_system_prompt(self) -> None:
+        from .system_prompt import SystemPromptDialog
+
+        if self.conversation_id is None:
+            return
+        current = self.store.conversation(self.conversation_id).settings.get("system_prompt", "")
+        dlg = SystemPromptDialog(current, self)
+        if dlg.exec() == SystemPromptDialog.Accepted:
+            self.set_chat_system_prompt(dlg.value())
+
+    def set_chat_system_prompt(self, text: str) -> None:
+        conv = self.store.conversation(self.conversation_id)
+        self.store.set_conversation_settings(self.conversation_id, {**conv.settings, "system_prompt": text})
+        self._count_context()
 
     def _history(self) -> list[dict]:
         return self._with_system([m.as_chat() for m in self.store.messages(self.conversation_id)

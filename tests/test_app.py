@@ -559,3 +559,23 @@ def test_daily_basics_examples_tab_font_and_geometry(qtbot, tmp_path, tiny):
     w2 = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     assert w2.height() == 640  # restored (the offscreen platform clamps widths to its screen)
     w2.close()
+
+
+def test_per_chat_system_prompt(qtbot, win):
+    from app.system_prompt import PRESETS, SystemPromptDialog
+
+    win.settings["system_prompt"] = "Default instructions."
+    assert win._history()[:1] == [] or win._history()[0]["content"] == "Default instructions."
+    win.set_chat_system_prompt(PRESETS["Concise"])
+    win.mtp_switch.setChecked(not win.mtp_switch.isChecked())  # other chat settings keep it
+    assert win._with_system([])[0] == {"role": "system", "content": PRESETS["Concise"]}
+    first = win.conversation_id
+    win.new_conversation()
+    assert win._with_system([])[0]["content"] == "Default instructions."  # other chats: the default
+    win.open_conversation(first)
+    assert win._with_system([])[0]["content"] == PRESETS["Concise"]
+    dlg = SystemPromptDialog(PRESETS["Concise"])
+    qtbot.addWidget(dlg)
+    assert dlg.preset.currentText() == "Concise"
+    dlg.preset.setCurrentText("Coding assistant")
+    assert dlg.value() == PRESETS["Coding assistant"]
