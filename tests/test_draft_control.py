@@ -118,10 +118,10 @@ def test_expected_rate_by_hand():
         c.record_batch(n, s)
     c.record_draft(0.25)
     ctl = DraftController(c, k_max=3)
-    a = [0.5, 0.5, 0.5]
-    assert ctl.expected_rate(0, a) == pytest.approx(1.0)
-    assert ctl.expected_rate(1, a) == pytest.approx(1.5 / 1.75)
-    assert ctl.expected_rate(3, a) == pytest.approx((1 + 0.5 + 0.25 + 0.125) / (0.75 + 2.5))
+    rates = ctl.expected_rates(3, [0.5, 0.5, 0.5])
+    assert rates[0] == pytest.approx(1.0)
+    assert rates[1] == pytest.approx(1.5 / 1.75)
+    assert rates[3] == pytest.approx((1 + 0.5 + 0.25 + 0.125) / (0.75 + 2.5))
     assert ctl.best_k(3) == 0  # at 50 % nothing pays here
     ctl.accepted, ctl.seen = [100.0] * 3, [100.0] * 3  # 100 % accepted
     assert ctl.best_k(3) == 3

@@ -54,7 +54,6 @@ class Plan:
     target: RemoteFile
     drafters: list  # RemoteFile candidates, best first
     notes: list  # what was tried and did not work, for the user
-    qat: bool  # the target is quantization-aware-trained
 
 
 @dataclass
@@ -230,7 +229,7 @@ class Downloader:
                 # repository, then the precision closest to Q8_0
                 mismatch = (src.qat or is_qat(f.path)) != qat
                 ranked.append(((mismatch, i, precision_rank(f.path), len(f.path), f.path), f))
-        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes, qat)
+        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes)
 
     # ---- downloading -----------------------------------------------------------------
     def check_space(self, files: list[RemoteFile]) -> None:

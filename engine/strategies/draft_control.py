@@ -106,7 +106,6 @@ class DraftController:
         self.undrafted_run = carry.get("undrafted_run", 0)
         self.probing = False
         self.paused_for = 0
-        self.last_k = None
 
     def acceptance(self) -> list[float]:
         """Estimated a_i; a position seen rarely leans on the one before it."""
@@ -117,30 +116,21 @@ class DraftController:
             prev = a
         return out
 
-    def expected_rate(self, k: int, acceptance: list[float] | None = None) -> float | None:
-        """Expected tokens per second with draft length k, or None while costs are unknown."""
-        verify = self.costs.batch_cost(k + 1)
-        if verify is None or (k > 0 and self.costs.draft is None):
-            return None
+    def expected_rates(self, k_max: int, acceptance: list[float] | None = None) -> list[float]:
+        """E(k) / T(k), expected tokens per second, for k = 0..k_max (costs must be ready)."""
         a = acceptance if acceptance is not None else self.acceptance()
-        tokens, p = 1.0, 1.0
-        for i in range(k):
-            p *= a[i]
-            tokens += p
-        return tokens / (k * (self.costs.draft or 0.0) + verify)
-
-    def best_k(self, k_max: int) -> int:
-        """argmax over k of E(k) / T(k); the shorter draft on a tie."""
-        a, costs = self.acceptance(), self.costs
-        draft = costs.draft or 0.0
-        best, best_rate, tokens, p = 0, 1.0 / costs.batch_cost(1), 1.0, 1.0
+        draft = self.costs.draft or 0.0
+        rates, tokens, p = [1.0 / self.costs.batch_cost(1)], 1.0, 1.0
         for k in range(1, k_max + 1):
             p *= a[k - 1]
             tokens += p
-            rate = tokens / (k * draft + costs.batch_cost(k + 1))
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return best
+            rates.append(tokens / (k * draft + self.costs.batch_cost(k + 1)))
+        return rates
+
+    def best_k(self, k_max: int) -> int:
+        """argmax over k of E(k) / T(k); the shorter draft on a tie."""
+        rates = self.expected_rates(k_max)
+        return max(range(k_max + 1), key=lambda k: (rates[k], -k))
 
     def choose(self, limit: int | None = None) -> int:
         """k for the next step (at most `limit`: the token budget or context left)."""
@@ -161,7 +151,6 @@ class DraftController:
             elif k > 0:
                 self.probe_every = PROBE_FIRST
         self.undrafted_run = self.undrafted_run + 1 if k == 0 else 0
-        self.last_k = k
         self._carry()
         return k
 
