@@ -1,5 +1,9 @@
 """Conversations on disk: SQLite in WAL mode under the platformdirs user data folder.
 
+Messages form a tree: each points to the message it answers or follows (`parent_id`), so an
+edited question or a regenerated answer is a new sibling and every version is kept. A chat
+shows one path through the tree, from its root to the conversation's `leaf_id`.
+
 Messages are written while they stream (at most about once a second), so a crash loses at
 most the last second of a reply. A daily backup (SQLite's online backup API) is kept next to
 the database, and a damaged database is moved aside and rebuilt from it. No Qt here.
@@ -22,7 +26,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     title TEXT NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    settings TEXT NOT NULL DEFAULT '{}'
+    settings TEXT NOT NULL DEFAULT '{}',
+    leaf_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -32,9 +37,22 @@ CREATE TABLE IF NOT EXISTS messages (
     thinking TEXT NOT NULL DEFAULT '',
     stats TEXT,
     origins TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    parent_id INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+# Databases from before branches: add the columns, then chain each chat's messages in order
+# (what they were: one straight line) and point the chat at its last message.
+MIGRATIONS = [
+    ("conversations", "leaf_id", "ALTER TABLE conversations ADD COLUMN leaf_id INTEGER"),
+    ("messages", "parent_id", "ALTER TABLE messages ADD COLUMN parent_id INTEGER"),
+]
+CHAIN_OLD_MESSAGES = """
+UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
+    WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id);
+UPDATE conversations SET leaf_id = (SELECT MAX(id) FROM messages m WHERE m.conversation_id = conversations.id);
 """
 
 
@@ -47,6 +65,10 @@ class Message:
     stats: dict | None = None
     # [[text, drafted], ...] pieces of the answer, for the token-origin view
     origins: list | None = None
+    parent_id: int | None = None
+    # the versions of this message (siblings under the same parent, oldest first) and which one it is
+    versions: int = 1
+    version: int = 1
 
     def as_chat(self) -> dict:
         return {"role": self.role, "content": self.content}
@@ -129,6 +151,14 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
+        migrated = False
+        for table, column, sql in MIGRATIONS:
+            if column not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(sql)
+                migrated = True
+        if migrated:
+            self.db.executescript(CHAIN_OLD_MESSAGES)
+        self.db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id)")
         self.db.commit()
 
     # ---- damage and backups -------------------------------------------------------------
@@ -165,8 +195,8 @@ class Store:
         except sqlite3.Error:
             return 0
         try:
-            for table, cols in (("conversations", "id, title, created, updated, settings"),
-                                ("messages", "id, conversation_id, role, content, thinking, stats, origins, created")):
+            for table, cols in (("conversations", "id, title, created, updated, settings, leaf_id"),
+                                ("messages", "id, conversation_id, role, content, thinking, stats, origins, created, parent_id")):
                 try:
                     for row in old.execute(f"SELECT {cols} FROM {table} ORDER BY id"):
                         try:
@@ -258,18 +288,41 @@ class Store:
         self.db.execute("DELETE FROM conversations WHERE id=?", (cid,))
         self.db.commit()
 
-    # messages
-    def messages(self, cid: int) -> list[Message]:
-        rows = self.db.execute("SELECT id, role, content, thinking, stats, origins FROM messages "
-                               "WHERE conversation_id=? ORDER BY id", (cid,)).fetchall()
-        return [Message(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None,
-                        json.loads(r[5]) if r[5] else None) for r in rows]
+    # messages: a tree, shown as the path from the root to the chat's leaf
+    def _leaf(self, cid: int) -> int | None:
+        r = self.db.execute("SELECT leaf_id FROM conversations WHERE id=?", (cid,)).fetchone()
+        return r[0] if r else None
 
-    def add_message(self, cid: int, role: str, content: str = "", thinking: str = "") -> int:
+    def _children(self, cid: int, parent: int | None) -> list[int]:
+        return [r[0] for r in self.db.execute(
+            "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY id", (cid, parent))]
+
+    def messages(self, cid: int, upto: int | None = None) -> list[Message]:
+        """The chat as shown: the path from the root to its leaf (or to message `upto`),
+        each message with how many versions it has and which one this is."""
+        rows = {r[0]: r for r in self.db.execute(
+            "SELECT id, role, content, thinking, stats, origins, parent_id FROM messages WHERE conversation_id=?",
+            (cid,))}
+        path, mid = [], upto if upto is not None else self._leaf(cid)
+        while mid is not None and mid in rows and len(path) <= len(rows):  # bounded: a damaged cycle ends
+            path.append(rows[mid])
+            mid = rows[mid][6]
+        out = []
+        for r in reversed(path):
+            sibs = self._children(cid, r[6])
+            out.append(Message(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None,
+                               json.loads(r[5]) if r[5] else None, r[6], len(sibs), sibs.index(r[0]) + 1))
+        return out
+
+    def add_message(self, cid: int, role: str, content: str = "", thinking: str = "",
+                    parent: int | None | str = "leaf") -> int:
+        """A new message after `parent` (default: the chat's leaf), which becomes the leaf.
+        A parent that already has children makes this a new version beside them."""
         now = time.time()
-        cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created) VALUES (?,?,?,?,?)",
-                              (cid, role, content, thinking, now))
-        self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, cid))
+        parent_id = self._leaf(cid) if parent == "leaf" else parent
+        cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created, parent_id) "
+                              "VALUES (?,?,?,?,?,?)", (cid, role, content, thinking, now, parent_id))
+        self.db.execute("UPDATE conversations SET updated=?, leaf_id=? WHERE id=?", (now, cur.lastrowid, cid))
         self.db.commit()
         return cur.lastrowid
 
@@ -280,9 +333,36 @@ class Store:
                          json.dumps(origins) if origins is not None else None, mid))
         self.db.commit()
 
-    def delete_messages_from(self, cid: int, mid: int) -> None:
-        """Delete message `mid` and everything after it (edit / regenerate)."""
-        self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?", (cid, mid))
+    def parent_of(self, mid: int) -> int | None:
+        r = self.db.execute("SELECT parent_id FROM messages WHERE id=?", (mid,)).fetchone()
+        return r[0] if r else None
+
+    def show_version(self, cid: int, mid: int, step: int) -> int | None:
+        """Switch message `mid` to its previous (-1) or next (+1) version; the chat then
+        follows that version's newest continuation down to a leaf. Returns the version shown."""
+        sibs = self._children(cid, self.parent_of(mid))
+        if mid not in sibs:
+            return None
+        other = sibs[max(0, min(len(sibs) - 1, sibs.index(mid) + step))]
+        leaf = other
+        for _ in range(100000):  # bounded walk down the newest children
+            kids = self._children(cid, leaf)
+            if not kids:
+                break
+            leaf = kids[-1]
+        self.db.execute("UPDATE conversations SET leaf_id=? WHERE id=?", (leaf, cid))
+        self.db.commit()
+        return other
+
+    def delete_message(self, cid: int, mid: int) -> None:
+        """Remove one message without children (a reply that never started); the chat's leaf
+        moves back to its parent."""
+        parent = self.parent_of(mid)
+        if self._children(cid, mid):
+            raise ValueError("the message has replies")
+        self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id=?", (cid, mid))
+        if self._leaf(cid) == mid:
+            self.db.execute("UPDATE conversations SET leaf_id=? WHERE id=?", (parent, cid))
         self.db.commit()
 
     # export

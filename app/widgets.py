@@ -46,7 +46,8 @@ class MessageWidget(QFrame):
     RENDER_INTERVAL_MS = 1000
 
     copy_requested = Signal(str)
-    action = Signal(str, object)  # ("regenerate" | "edit" | "details", self)
+    # ("regenerate" | "edit" | "details" | "continue" | "previous" | "next", self)
+    action = Signal(str, object)
 
     def __init__(self, role: str, message_id: int | None = None, parent=None):
         super().__init__(parent)
@@ -69,18 +70,31 @@ class MessageWidget(QFrame):
         head.addWidget(self.who)
         head.addStretch(1)
         self.buttons = {}
-        for name, tip in (("copy", "Copy message"), ("edit", "Edit and resend"),
-                          ("regenerate", "Regenerate"), ("details", "Acceptance per draft position")):
+        for name, text, tip in (
+                ("previous", "‹", "Previous version of this message"),
+                ("next", "›", "Next version of this message"),
+                ("copy", "Copy", "Copy message"),
+                ("edit", "Edit", "Edit and send as a new version (the old one is kept)"),
+                ("regenerate", "Regenerate", "Write another answer (the old one is kept)"),
+                ("continue", "Continue", "The answer was cut at max tokens: write on from where it stopped"),
+                ("details", "Details", "Acceptance per draft position")):
             b = QToolButton(self)
-            b.setText({"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "details": "Details"}[name])
+            b.setText(text)
             b.setToolTip(tip)
             b.setAutoRaise(True)
             b.clicked.connect(lambda _=False, n=name: self._clicked(n))
             head.addWidget(b)
             self.buttons[name] = b
+            if name == "previous":
+                self.version_label = QLabel("1 / 1", self)
+                self.version_label.setToolTip("Versions of this message: edits and regenerations are all kept")
+                head.addWidget(self.version_label)
         self.buttons["edit"].setVisible(role == "user")
-        self.buttons["regenerate"].setVisible(False)
-        self.buttons["details"].setVisible(False)
+        self.buttons["regenerate"].setVisible(role == "assistant")
+        for name in ("details", "continue"):
+            self.buttons[name].setVisible(False)
+        self.set_version(1, 1)
+        self._last = False
         lay.addLayout(head)
 
         self.think_toggle = QToolButton(self)
@@ -174,6 +188,22 @@ class MessageWidget(QFrame):
             self.footer.setText(stats["footer"] + note)
             self.footer.show()
         self.buttons["details"].setVisible(bool(stats and stats.get("mode") == "mtp"))
+        self._show_continue()
+
+    def set_version(self, version: int, versions: int) -> None:
+        self.version_label.setText(f"{version} / {versions}")
+        for w in (self.version_label, self.buttons["previous"], self.buttons["next"]):
+            w.setVisible(versions > 1)
+        self.buttons["previous"].setEnabled(version > 1)
+        self.buttons["next"].setEnabled(version < versions)
+
+    def set_last(self, last: bool) -> None:
+        self._last = last
+        self._show_continue()
+
+    def _show_continue(self) -> None:
+        cut = bool(self.stats and self.stats.get("finish_reason") in ("length", "cancelled"))
+        self.buttons["continue"].setVisible(self.role == "assistant" and self._last and cut and bool(self.text))
 
 
 class SpeedChart(QWidget):

@@ -9,15 +9,16 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QPushButton, QScrollArea, QSpinBox, QSplitter,
+                               QMessageBox, QPushButton, QSpinBox, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
 from .chat_list import ChatList
+from .chat_view import ChatView, EditBanner
 from .compare import ComparePage
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
-from .widgets import EmptyState, InputBox, MessageWidget, StatsBar
+from .widgets import InputBox, MessageWidget, StatsBar
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
@@ -44,6 +45,7 @@ class MainWindow(QMainWindow):
         self._compare_queue: list = []
         self._closing = False
         self._mtp_limit_said = False
+        self._editing: MessageWidget | None = None  # the message whose new version is in the input box
 
         self._build_ui()
         self.restore_geometry()
@@ -125,20 +127,10 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.mtp_banner)
 
         self.stack = QStackedWidget()
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
-        self.msg_host = QWidget()
-        self.msg_layout = QVBoxLayout(self.msg_host)
-        self.msg_layout.addStretch(1)
-        self.scroll.setWidget(self.msg_host)
-        chat_page = QWidget()
-        cl = QVBoxLayout(chat_page)
-        cl.setContentsMargins(0, 0, 0, 0)
-        self.empty_state = EmptyState()
-        self.empty_state.chosen.connect(self._example_chosen)
-        cl.addWidget(self.empty_state)
-        cl.addWidget(self.scroll, 1)
-        self.stack.addWidget(chat_page)
+        self.chat_view = ChatView()
+        self.chat_view.example_chosen.connect(self._example_chosen)
+        self.chat_view.action.connect(self._message_action)
+        self.stack.addWidget(self.chat_view)
         self.compare_page = ComparePage()
         self.compare_page.back.connect(lambda: self.stack.setCurrentIndex(0))
         self.stack.addWidget(self.compare_page)
@@ -148,12 +140,14 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.stats_bar)
         self.context_label = QLabel("context: –")
         self.statusBar().addPermanentWidget(self.context_label)
+        self.edit_banner = EditBanner()
+        rl.addWidget(self.edit_banner)
         inp = QHBoxLayout()
         self.input = InputBox()
         self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
         self.input.setFixedHeight(84)
         self.input.send.connect(self.send)
-        self.input.stop.connect(self.stop)
+        self.input.stop.connect(lambda: self.cancel_edit() if self._editing else self.stop())
         self.send_btn = QPushButton("Send")
         self.send_btn.clicked.connect(self._send_or_stop)
         inp.addWidget(self.input, 1)
@@ -356,7 +350,7 @@ class MainWindow(QMainWindow):
         self._refresh_conversations()
 
     def open_conversation(self, cid: int):
-        if self._active or cid == self.conversation_id and self.msg_layout.count() > 1:
+        if self._active or cid == self.conversation_id and self._message_widgets():
             return
         self.conversation_id = cid
         conv = self.store.conversation(cid)
@@ -368,12 +362,7 @@ class MainWindow(QMainWindow):
         self.draft_spin.blockSignals(True)
         self.draft_spin.setValue(int(s.get("draft_max", 0)))
         self.draft_spin.blockSignals(False)
-        self._clear_messages()
-        for m in self.store.messages(cid):
-            w = self._add_message_widget(m.role, m.id)
-            w.set_content(m.content, m.thinking, m.origins or [])
-            w.set_stats(m.stats)
-        self._mark_last()
+        self._show_chat()
         self.stack.setCurrentIndex(0)
         self.setWindowTitle(f"{conv.title} — Tandem")
         self._update_controls()
@@ -440,52 +429,46 @@ class MainWindow(QMainWindow):
             Path(path).write_text(data, "utf-8")
 
     # ---- message widgets ---------------------------------------------------------------
-    def _clear_messages(self):
-        while self.msg_layout.count() > 1:
-            w = self.msg_layout.takeAt(0).widget()
-            if w:
-                w.deleteLater()
+    @property
+    def empty_state(self):
+        return self.chat_view.empty_state
 
     def _message_widgets(self) -> list[MessageWidget]:
-        return [self.msg_layout.itemAt(i).widget() for i in range(self.msg_layout.count() - 1)]
+        return self.chat_view.widgets()
 
-    def _add_message_widget(self, role, mid) -> MessageWidget:
-        w = MessageWidget(role, mid)
-        w.show_origins = self.origin_switch.isChecked()
-        w.copy_requested.connect(lambda text: QGuiApplication.clipboard().setText(text))
-        w.action.connect(self._message_action)
-        self.msg_layout.insertWidget(self.msg_layout.count() - 1, w)
-        return w
+    def _show_chat(self) -> None:
+        """Show the chat's current path (after opening it, or a version switch)."""
+        self.cancel_edit()
+        self.chat_view.show_messages(self.store.messages(self.conversation_id))
+        self._scroll_to_end()
 
     def _mark_last(self):
-        """Edit on the last user message, Regenerate on the last reply."""
-        ws = self._message_widgets()
-        self.empty_state.setVisible(not ws)
-        last_user = max((i for i, w in enumerate(ws) if w.role == "user"), default=-1)
-        for i, w in enumerate(ws):
-            w.buttons["edit"].setVisible(w.role == "user" and i == last_user)
-            w.buttons["regenerate"].setVisible(w.role == "assistant" and i == len(ws) - 1)
+        self.chat_view.mark_last()
 
     def _example_chosen(self, prompt: str) -> None:
         self.input.setPlainText(prompt)
         self.send()
 
     def _scroll_to_end(self):
-        QTimer.singleShot(0, lambda: self.scroll.verticalScrollBar().setValue(self.scroll.verticalScrollBar().maximum()))
+        self.chat_view.scroll_to_end()
 
     def _toggle_origins(self, on):
         self.origin_legend.setVisible(on)
-        for w in self._message_widgets():
-            w.show_origins = on
-            w.refresh()
+        self.chat_view.set_origins(on)
 
     def _message_action(self, name, w: MessageWidget):
         if self._active:
             return
         if name == "regenerate":
-            self.regenerate()
+            self.regenerate(w)
         elif name == "edit":
-            self.edit_last_user_message()
+            self.edit_message(w)
+        elif name == "continue":
+            self.continue_reply(w)
+        elif name in ("previous", "next"):
+            self.store.show_version(self.conversation_id, w.message_id, -1 if name == "previous" else 1)
+            self._show_chat()
+            self._count_context()
         elif name == "details" and w.stats:
             pp = w.stats.get("per_position_acceptance") or []
             rows = "".join(f"<tr><td>draft {i + 1}</td><td align=right>{v * 100:.0f} %</td></tr>" for i, v in enumerate(pp))
@@ -524,8 +507,9 @@ class MainWindow(QMainWindow):
         self.store.set_conversation_settings(self.conversation_id, {**conv.settings, "system_prompt": text})
         self._count_context()
 
-    def _history(self) -> list[dict]:
-        return self._with_system([m.as_chat() for m in self.store.messages(self.conversation_id)
+    def _history(self, upto: int | None = None) -> list[dict]:
+        """The messages sent to the model: the chat's path (to its leaf, or to message `upto`)."""
+        return self._with_system([m.as_chat() for m in self.store.messages(self.conversation_id, upto)
                                   if m.role in ("user", "assistant")])
 
     def _gen_config(self, **over) -> dict:
@@ -545,48 +529,73 @@ class MainWindow(QMainWindow):
         if self.store.conversation(cid).title == "New chat":
             self.store.rename(cid, chat_title(text))
             self._refresh_conversations()
-        mid = self.store.add_message(cid, "user", text)
-        self._add_message_widget("user", mid).set_content(text)
+        if self._editing is not None:  # a new version beside the edited message
+            self.store.add_message(cid, "user", text, parent=self.store.parent_of(self._editing.message_id))
+            self._show_chat()
+        else:
+            mid = self.store.add_message(cid, "user", text)
+            self.chat_view.add("user", mid).set_content(text)
         self._start_reply()
 
-    def _start_reply(self, drop_oldest: bool = False):
+    def _start_reply(self, drop_oldest: bool = False, parent: int | None = None,
+                     cont: MessageWidget | None = None):
+        """Answer the chat's last message, or write a new version of the reply to `parent`, or
+        continue the cut reply `cont`."""
         cid = self.conversation_id
-        history = self._history()
-        mid = self.store.add_message(cid, "assistant", "")
-        w = self._add_message_widget("assistant", mid)
-        w.set_content("")
+        if cont is not None:
+            history, mid, w = self._history(self.store.parent_of(cont.message_id)), cont.message_id, cont
+        else:
+            history = self._history(parent)
+            mid = self.store.add_message(cid, "assistant", "", parent="leaf" if parent is None else parent)
+            if parent is not None:
+                self._show_chat()  # the new version replaces the old one in view
+                w = self._message_widgets()[-1]
+            else:
+                w = self.chat_view.add("assistant", mid)
+            w.set_content("")
         self._mark_last()
         self._scroll_to_end()
         self._rid += 1
         self._active = {"rid": self._rid, "kind": "chat", "widget": w, "mid": mid, "cid": cid,
-                        "t0": time.perf_counter(), "saved": time.perf_counter(), "drop_oldest": drop_oldest}
+                        "t0": time.perf_counter(), "saved": time.perf_counter(), "drop_oldest": drop_oldest,
+                        "parent": parent, "cont": None if cont is None else (w.text, list(w.origins), w.thinking)}
         self.stats_bar.reset()
         self._update_controls()
         self.statusBar().showMessage("Generating…")
-        self._generate.emit(self._rid, history, self._gen_config(drop_oldest=drop_oldest))
+        over = {"drop_oldest": drop_oldest}
+        if cont is not None:
+            over["answer_prefix"] = w.text
+        self._generate.emit(self._rid, history, self._gen_config(**over))
 
-    def regenerate(self):
+    def regenerate(self, w: MessageWidget | None = None):
+        """Another answer to the same question; the old one stays as a version."""
         ws = self._message_widgets()
-        if not ws or ws[-1].role != "assistant" or self._active:
+        w = w or (ws[-1] if ws else None)
+        if w is None or w.role != "assistant" or self._active:
             return
-        self.store.delete_messages_from(self.conversation_id, ws[-1].message_id)
-        ws[-1].setParent(None)
-        ws[-1].deleteLater()
-        self._start_reply()
+        self._start_reply(parent=self.store.parent_of(w.message_id))
 
-    def edit_last_user_message(self):
-        ws = self._message_widgets()
-        users = [w for w in ws if w.role == "user"]
-        if not users or self._active:
+    def edit_message(self, w: MessageWidget) -> None:
+        """Put a message back in the input box; sending makes a new version of it."""
+        if self._active or w.role != "user":
             return
-        w = users[-1]
-        self.store.delete_messages_from(self.conversation_id, w.message_id)
-        for x in ws[ws.index(w):]:
-            x.setParent(None)
-            x.deleteLater()
+        self._editing = w
+        self.chat_view.hide_from(w)
+        self.edit_banner.show()
         self.input.setPlainText(w.text)
         self.input.setFocus()
-        self._mark_last()
+
+    def cancel_edit(self) -> None:
+        if self._editing is None:
+            return
+        self._editing = None
+        self.edit_banner.hide()
+        self.chat_view.hide_from(None)
+
+    def continue_reply(self, w: MessageWidget) -> None:
+        if self._active or w.role != "assistant" or not w.text:
+            return
+        self._start_reply(cont=w)
 
     def stop(self):
         if self._active:
@@ -665,9 +674,12 @@ class MainWindow(QMainWindow):
             self._next_compare()
             return
         w = a["widget"]
-        w.set_content(result["answer"], result["thinking"], result["origins"])
+        answer, thinking, origins = result["answer"], result["thinking"], result["origins"]
+        if a["cont"]:  # a continued reply: what was there, then what was added
+            answer, origins, thinking = a["cont"][0] + answer, a["cont"][1] + origins, a["cont"][2] + thinking
+        w.set_content(answer, thinking, origins)
         w.set_stats(result["stats"])
-        self.store.update_message(a["mid"], result["answer"], result["thinking"], result["stats"], result["origins"])
+        self.store.update_message(a["mid"], answer, thinking, result["stats"], origins)
         self.statusBar().showMessage(result["stats"].get("footer", ""), 8000)
         self._update_controls()
         self._mark_last()
@@ -697,14 +709,20 @@ class MainWindow(QMainWindow):
             self.compare_page.failed(msg or "stopped before both runs finished")
             return
         w = a["widget"]
-        if w.text:  # an error mid-reply: keep what was written
+        if a["cont"] and len(w.text) == len(a["cont"][0]):  # nothing was added: the reply stays as it was
+            pass
+        elif w.text:  # an error mid-reply: keep what was written
             stats = {"footer": "stopped by an error", "finish_reason": "error"}
             self.store.update_message(a["mid"], w.text, w.thinking, stats, w.origins)
             w.set_stats(stats)
         else:  # drop the empty reply placeholder; the user's message stays
-            self.store.delete_messages_from(a["cid"], a["mid"])
-            w.setParent(None)
-            w.deleteLater()
+            self.store.delete_message(a["cid"], a["mid"])
+            if a["parent"] is not None:  # a new version that never started: the previous one again
+                self.store.show_version(a["cid"], a["parent"], 0)
+                if a["cid"] == self.conversation_id:
+                    self._show_chat()
+            else:
+                self.chat_view.remove(w)
         self._mark_last()
         if self._closing or kind == "cancelled":
             return

@@ -112,7 +112,8 @@ class EngineWorker(QObject):
                 messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)), stopped)
             if cfg.get("fresh"):
                 e.reset()  # compare mode: both runs start from an empty cache
-            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)), should_stop=stopped)
+            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)), should_stop=stopped,
+                            answer_prefix=str(cfg.get("answer_prefix", "")))
             if stopped():  # a Stop that came while the prompt was prepared
                 e.cancel()
         except RenderCancelled:

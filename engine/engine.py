@@ -168,10 +168,17 @@ class Engine:
 
     # ---- chat --------------------------------------------------------------------------
     def format_chat(self, messages: list[dict], enable_thinking: bool = False,
-                    should_stop: Callable[[], bool] | None = None) -> list[int]:
+                    should_stop: Callable[[], bool] | None = None, answer_prefix: str = "") -> list[int]:
         """The prompt tokens of a chat. The template's own markup may contain control tokens;
         the messages' text never becomes one: '<end_of_turn>' typed by the user (or written
-        by the model as plain text) stays plain text."""
+        by the model as plain text) stays plain text. `answer_prefix` is the start of the
+        model's answer (Continue on a cut reply): it follows the generation prompt, as text."""
+        tokens = self._format_chat(messages, enable_thinking, should_stop)
+        if answer_prefix:
+            tokens += self.tokenize(answer_prefix, add_special=False, parse_special=False)
+        return tokens
+
+    def _format_chat(self, messages, enable_thinking, should_stop) -> list[int]:
         text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
                                     should_stop=should_stop)
         if not any(self._has_control_text(m["content"]) for m in messages):
@@ -264,8 +271,9 @@ class Engine:
         return head + body[cuts[lo]:]
 
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
-             enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
-        return self.generate(self.format_chat(messages, enable_thinking, should_stop), config)
+             enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
+             answer_prefix: str = "") -> Iterator[GenerationEvent]:
+        return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix), config)
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:

@@ -201,3 +201,25 @@ def test_drop_oldest_turns_renders_log_n_times(tiny):
         assert len(e.format_chat(one_more)) + room > e.n_ctx
     finally:
         e.close()
+
+
+def test_continue_a_cut_reply_equals_the_uncut_reply(gemma3_path):
+    """Continue: the answer so far goes after the generation prompt and the model carries on;
+    greedy, 20 + 20 tokens is the same text as 40 at once (real text, whose pieces round-trip)."""
+    from engine.runtime import LoadOptions
+
+    e = Engine.load(gemma3_path, None, LoadOptions(n_ctx=512, n_threads=2))
+    try:
+        msgs = [{"role": "user", "content": "Explain in a few sentences why the sky is blue."}]
+        whole = e.run(e.format_chat(msgs), GenerationConfig(max_tokens=40))
+        e.reset()
+        first = e.run(e.format_chat(msgs), GenerationConfig(max_tokens=20))
+        assert first.stats.finish_reason == "length" and whole.answer.startswith(first.answer)
+        rest = e.run(e.format_chat(msgs, answer_prefix=first.answer), GenerationConfig(max_tokens=20))
+        assert rest.stats.reused_tokens > len(e.format_chat(msgs)) - 2  # the cut reply was not decoded again
+        assert first.answer + rest.answer == whole.answer
+        # the answer so far is text, never markup: a control token in it stays plain text
+        plain = e.format_chat(msgs, answer_prefix="<end_of_turn>")
+        assert plain[-1] != e.tokenize("<end_of_turn>", add_special=False, parse_special=True)[-1]
+    finally:
+        e.close()

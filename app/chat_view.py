@@ -1,0 +1,104 @@
+"""The chat view: a chat's messages (one path through its tree of versions), the example
+prompts of an empty chat, and the banner shown while a message is being edited."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from .store import Message
+from .widgets import EmptyState, MessageWidget
+
+
+class ChatView(QWidget):
+    action = Signal(str, object)  # a message's button: (name, MessageWidget)
+    example_chosen = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.show_origins = False
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.empty_state = EmptyState()
+        self.empty_state.chosen.connect(self.example_chosen)
+        lay.addWidget(self.empty_state)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.host = QWidget()
+        self.msg_layout = QVBoxLayout(self.host)
+        self.msg_layout.addStretch(1)
+        self.scroll.setWidget(self.host)
+        lay.addWidget(self.scroll, 1)
+
+    # ---- contents -------------------------------------------------------------------
+    def widgets(self) -> list[MessageWidget]:
+        return [self.msg_layout.itemAt(i).widget() for i in range(self.msg_layout.count() - 1)]
+
+    def clear(self) -> None:
+        while self.msg_layout.count() > 1:
+            w = self.msg_layout.takeAt(0).widget()
+            if w:
+                w.deleteLater()
+
+    def show_messages(self, messages: list[Message]) -> None:
+        self.clear()
+        for m in messages:
+            w = self.add(m.role, m.id)
+            w.set_content(m.content, m.thinking, m.origins or [])
+            w.set_stats(m.stats)
+            w.set_version(m.version, m.versions)
+        self.mark_last()
+
+    def add(self, role: str, mid: int) -> MessageWidget:
+        w = MessageWidget(role, mid)
+        w.show_origins = self.show_origins
+        w.copy_requested.connect(lambda text: QGuiApplication.clipboard().setText(text))
+        w.action.connect(self.action)
+        self.msg_layout.insertWidget(self.msg_layout.count() - 1, w)
+        w.show()  # now, not on the next event loop pass: hidden ones are the edited ones
+        return w
+
+    def remove(self, w: MessageWidget) -> None:
+        w.setParent(None)
+        w.deleteLater()
+
+    def mark_last(self) -> None:
+        """Continue only on the last reply, where the model was cut off."""
+        ws = self.widgets()
+        self.empty_state.setVisible(not ws)
+        for i, w in enumerate(ws):
+            w.set_last(i == len(ws) - 1)
+
+    def hide_from(self, w: MessageWidget | None) -> None:
+        """Editing: the edited message and what follows it leave the view (None: all back)."""
+        hiding = False
+        for x in self.widgets():
+            hiding = hiding or x is w
+            x.setHidden(hiding)
+        self.mark_last()
+
+    def set_origins(self, on: bool) -> None:
+        self.show_origins = on
+        for w in self.widgets():
+            w.show_origins = on
+            w.refresh()
+
+    def refresh(self) -> None:
+        for w in self.widgets():
+            w.refresh()
+
+    def scroll_to_end(self) -> None:
+        bar = self.scroll.verticalScrollBar()
+        QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
+
+
+class EditBanner(QLabel):
+    """Shown above the input while a message is being edited."""
+
+    def __init__(self, parent=None):
+        super().__init__("Editing a message: sending makes a new version (the old one stays, "
+                         "reachable with its ‹ › arrows). Esc cancels.", parent)
+        self.setObjectName("editBanner")
+        self.setWordWrap(True)
+        self.hide()
