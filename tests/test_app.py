@@ -579,3 +579,26 @@ def test_per_chat_system_prompt(qtbot, win):
     assert dlg.preset.currentText() == "Concise"
     dlg.preset.setCurrentText("Coding assistant")
     assert dlg.value() == PRESETS["Coding assistant"]
+
+
+def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, win):
+    chart, bars = win.stats_bar.chart, win.stats_bar.bars
+    assert chart.getPlotItem().getAxis("left").labelText == "tok/s"
+    assert chart.getPlotItem().getAxis("bottom").labelText == "seconds"
+    win.draft_spin.setValue(3)
+    send(qtbot, win, "a b c d e f g")
+    assert set(chart.series) == {"MTP"} and len(bars.values) == 3
+    win.input.setPlainText("The quick brown fox")
+    qtbot.mouseClick(win.compare_btn, Qt.LeftButton)
+    page = win.compare_page
+    qtbot.waitUntil(lambda: page.base.result is not None and page.mtp.result is not None, timeout=TIMEOUT)
+    assert set(chart.series) == {"baseline", "MTP"}  # both runs on one chart
+    assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP"][0]) >= 1
+    assert [round(v, 6) for v in bars.values] == [
+        round(v, 6) for v in page.mtp.result["stats"]["per_position_acceptance"]]
+    # View → Speed charts hides them, and the choice is kept
+    win.charts_act.setChecked(False)
+    assert win.stats_bar.charts.isHidden() and win.settings["show_charts"] is False
+    n = len(chart.points)
+    send(qtbot, win, "zzz yyy")
+    assert n > 0 and len(chart.points) == 0  # cleared for the reply, and a hidden chart draws nothing

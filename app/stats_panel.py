@@ -1,0 +1,204 @@
+"""Live statistics: the numbers of the reply being written and two small charts (tokens/s
+over time, with baseline and MTP overlaid in Compare; acceptance per draft position).
+
+The charts are pyqtgraph plots: axes, ticks, legend and scaling come from a maintained
+library instead of hand painting. They redraw at most LIVE_INTERVAL_S apart, and a plot
+keeps only what it shows (one point per update), so the GUI's work per update stays small
+and does not grow with the reply.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+SERIES_COLORS = {"MTP": "#2e9d52", "baseline": "#8a8f98"}
+
+
+def _theme_colors() -> tuple[str, str]:
+    """(background, foreground) matching the window's palette, light or dark."""
+    pal = QGuiApplication.palette()
+    return pal.base().color().name(), pal.text().color().name()
+
+
+class _Plot(pg.PlotWidget):
+    def __init__(self, title: str, left: str, bottom: str, parent=None):
+        bg, fg = _theme_colors()
+        super().__init__(parent, background=bg)
+        self.setMouseEnabled(False, False)
+        self.hideButtons()
+        self.setMenuEnabled(False)
+        item = self.getPlotItem()
+        item.setTitle(title, color=fg, size="9pt")
+        for side, text in (("left", left), ("bottom", bottom)):
+            ax = item.getAxis(side)
+            ax.setLabel(text, color=fg)
+            ax.setTextPen(fg)
+            ax.setPen(fg)
+        item.showGrid(x=True, y=True, alpha=0.15)
+        self.setMinimumHeight(110)
+
+    def restyle(self) -> None:
+        bg, fg = _theme_colors()
+        self.setBackground(bg)
+        item = self.getPlotItem()
+        item.titleLabel.setText(item.titleLabel.text, color=fg)
+        for side in ("left", "bottom"):
+            ax = item.getAxis(side)
+            ax.setTextPen(fg)
+            ax.setPen(fg)
+            ax.setLabel(ax.labelText, ax.labelUnits, color=fg)
+
+
+class SpeedChart(_Plot):
+    """Decode tokens/s over a reply's time; one line per run (baseline, MTP)."""
+
+    def __init__(self, parent=None):
+        super().__init__("Speed", "tok/s", "seconds", parent)
+        self.legend = self.getPlotItem().addLegend(offset=(-4, 4), labelTextSize="8pt")
+        self.series: dict[str, tuple[list, list, pg.PlotDataItem]] = {}
+        self.setToolTip("Decode tokens per second over the reply. In Compare, the baseline run (gray) and "
+                        "the MTP run (green) are drawn on the same axes.")
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """Every series' points, for tests and summaries."""
+        return [p for xs, ys, _ in self.series.values() for p in zip(xs, ys)]
+
+    def clear(self) -> None:
+        for _, _, item in self.series.values():
+            self.removeItem(item)
+        self.legend.clear()
+        self.series = {}
+
+    def add(self, name: str, t: float, tps: float) -> None:
+        if name not in self.series:
+            pen = pg.mkPen(SERIES_COLORS.get(name, "#3b7dd8"), width=2)
+            self.series[name] = ([], [], self.plot([], [], pen=pen, name=name))
+        xs, ys, item = self.series[name]
+        xs.append(t)
+        ys.append(tps)
+        item.setData(xs, ys)
+
+
+class AcceptanceBars(_Plot):
+    """How often the model accepted the drafter's guess at each draft position."""
+
+    def __init__(self, parent=None):
+        super().__init__("Accepted per draft position", "%", "position", parent)
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=SERIES_COLORS["MTP"])
+        self.addItem(self.bars)
+        self.setYRange(0, 100)
+        self.values: list[float] = []
+        self.setToolTip("For each position in a draft (1 = the drafter's first guess), the share of guesses "
+                        "the model accepted. Later guesses depend on earlier ones, so the bars fall off; "
+                        "where they get low, longer drafts stop paying.")
+
+    def set_values(self, values: list[float]) -> None:
+        if values == self.values:
+            return
+        self.values = list(values)
+        xs = list(range(1, len(values) + 1))
+        self.bars.setOpts(x=xs, height=[v * 100 for v in values])
+        self.setXRange(0.4, max(len(values), 3) + 0.6, padding=0)
+
+
+class StatsBar(QWidget):
+    """Live numbers of the reply being generated, and its charts (View → Speed charts)."""
+
+    FIELDS = [("decode", "tok/s"), ("ttft", "TTFT"), ("prefill", "prefill"), ("accept", "accepted"),
+              ("steplen", "tok/step"), ("k", "k")]
+    TIPS = {
+        "decode": "Speed: tokens written per second once the answer has started",
+        "ttft": "Time to first token: from sending until the first word of the answer appears",
+        "prefill": "How fast the model read your conversation before answering (tokens per second)",
+        "accept": "Share of the drafter's guesses the model accepted. High on code and repetitive text, "
+                  "lower on creative prose",
+        "steplen": "Tokens produced per pass of the big model: 1 without MTP; 3 means each pass produced "
+                   "three tokens, because the model accepted two guesses and added its own",
+        "k": "Draft length: how many tokens the drafter guesses per step. 'auto' chooses it every step "
+             "from what drafting costs on this computer and how often guesses are accepted, and pauses "
+             "drafting when it would only slow things down",
+    }
+    LIVE_INTERVAL_S = 0.25  # live numbers and charts at most 4 times a second: painting them costs
+    # the CPU that decoding needs on small machines, and a faster flicker tells a reader nothing
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(8, 2, 8, 2)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        self.labels = {}
+        for key, title in self.FIELDS:
+            lab = QLabel(f"{title}: –")
+            lab.setMinimumWidth(60)
+            lab.setToolTip(self.TIPS[key])
+            row.addWidget(lab)
+            self.labels[key] = (lab, title)
+        row.addStretch(1)
+        outer.addLayout(row)
+        self.charts = QWidget(self)
+        cl = QHBoxLayout(self.charts)
+        cl.setContentsMargins(0, 0, 0, 0)
+        self.chart = SpeedChart(self.charts)
+        self.bars = AcceptanceBars(self.charts)
+        cl.addWidget(self.chart, 3)
+        cl.addWidget(self.bars, 2)
+        self.charts.setMaximumHeight(150)
+        outer.addWidget(self.charts)
+        self._last_live = -1.0
+
+    def show_charts(self, on: bool) -> None:
+        self.charts.setVisible(on)
+
+    def restyle(self) -> None:
+        """After a theme change."""
+        self.chart.restyle()
+        self.bars.restyle()
+
+    def _set_k(self, s: dict) -> None:
+        lab, _ = self.labels["k"]
+        if s.get("mode") != "mtp":
+            lab.setText("k: –" if s.get("mode") is None else "MTP off")
+        elif s.get("draft_max") != "auto":
+            lab.setText(f"k: {s.get('draft_max')}")
+        elif s.get("paused"):
+            lab.setText("MTP paused: drafts not paying off")
+        else:
+            lab.setText(f"k auto (now {s.get('k_now', 0)})")
+
+    def _set(self, key, value):
+        lab, title = self.labels[key]
+        lab.setText(f"{title}: {value}")
+
+    def reset(self, keep_chart: bool = False) -> None:
+        """Before a reply. `keep_chart`: Compare's second run draws beside the first."""
+        for key, _ in self.FIELDS:
+            self._set(key, "–")
+        if not keep_chart:
+            self.chart.clear()
+            self.bars.set_values([])
+        self._last_live = -1.0
+
+    def update_stats(self, s: dict, t: float | None = None, final: bool = False):
+        if t is not None and not final:  # live updates are throttled; the final one always shows
+            if t - self._last_live < self.LIVE_INTERVAL_S and t >= self._last_live:
+                return
+            self._last_live = t
+        f = lambda v, fmt: "–" if v is None else format(v, fmt)  # noqa: E731
+        self._set("decode", f(s.get("decode_tps"), ".1f"))
+        self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
+        self._set("prefill", f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–")
+        ar = s.get("acceptance_rate")
+        self._set("accept", f"{ar * 100:.0f} %" if ar is not None else ("off" if s.get("mode") == "baseline" else "–"))
+        self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
+        self._set_k(s)
+        if self.charts.isHidden():
+            return  # a hidden chart costs nothing
+        if t is not None and s.get("decode_tps"):
+            self.chart.add("MTP" if s.get("mode") == "mtp" else "baseline", t, s["decode_tps"])
+        if s.get("mode") == "mtp":
+            self.bars.set_values(s.get("per_position_acceptance") or [])
