@@ -7,6 +7,7 @@ both answers side by side at their recorded timings, so the race is shown as it 
 from __future__ import annotations
 
 import html
+import statistics
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -17,11 +18,11 @@ from .render import for_display
 from .safe_text import SafeBrowser
 
 
-def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None) -> str:
+def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1) -> str:
     """The comparison in plain words: faster, the same, or slower and why."""
     if not ratio:
         return "Speed: –"
-    speeds = f"({bt:.1f} → {mt:.1f} tok/s)"
+    speeds = f"({bt:.1f} → {mt:.1f} tok/s" + (f", median of {runs} runs each)" if runs > 1 else ")")
     if ratio >= 1.05:
         text = f"<b>MTP was {ratio:.2f}× faster</b> {speeds}."
     elif ratio >= 0.95:
@@ -104,6 +105,8 @@ class ComparePage(QWidget):
         self._timer.timeout.connect(self._tick)
         self._replay_t0 = 0.0
         self.greedy = True
+        self.runs: dict[str, list[dict]] = {"baseline": [], "mtp": []}
+        self.concluded = False
 
     def start(self, prompt: str, greedy: bool, draft_max: int | str):
         self.greedy = greedy
@@ -114,33 +117,55 @@ class ComparePage(QWidget):
         self.mtp.clear("waiting for the baseline run to finish…")
         self.verdict.setText("Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
         self.replay_btn.setEnabled(False)
+        self.runs = {"baseline": [], "mtp": []}
+        self.concluded = False
 
     def stream(self, which: str, text: str):
         pane = self.base if which == "baseline" else self.mtp
-        if pane.result is None and pane.view.toPlainText() in ("running…", "waiting for the baseline run to finish…"):
+        if pane.result is not None:
+            return  # a repeat (short runs): the pane keeps the first run's text
+        if pane.view.toPlainText() in ("running…", "waiting for the baseline run to finish…"):
             pane.view.setPlainText("")
         pane.view.moveCursor(QTextCursor.End)
         pane.view.insertPlainText(for_display(text))
 
     def done(self, which: str, result: dict):
+        """One run finished. Repeats (short runs) only add their numbers: the panes keep the
+        first run's text and timings for Replay."""
+        self.runs[which].append(result)
         pane = self.base if which == "baseline" else self.mtp
-        pane.result = result
-        pane.view.setPlainText(for_display(result["answer"]))
-        pane.stats.setText(html.escape(result["stats"].get("footer", "")))
-        if which == "baseline":
+        if pane.result is None:
+            pane.result = result
+            pane.view.setPlainText(for_display(result["answer"]))
+        tps = [r["stats"].get("decode_tps") or 0.0 for r in self.runs[which]]
+        pane.stats.setText(html.escape(result["stats"].get("footer", "")) if len(tps) == 1 else
+                           f"median {statistics.median(tps):.1f} tok/s of {len(tps)} runs "
+                           f"({', '.join(f'{t:.1f}' for t in tps)})")
+        if which == "baseline" and self.mtp.result is None:
             self.mtp.view.setPlainText("running…")
+
+    def repeating(self, times: int) -> None:
+        self.verdict.setText(f"The runs were short, so one run's speed is mostly noise: running each {times} "
+                             "more times, alternating, for a steady median…")
+
+    def conclude(self) -> None:
+        """All runs are in: the verdict (medians when repeated) and Replay."""
         if self.base.result and self.mtp.result:
             self._verdict()
             self.replay_btn.setEnabled(True)
+        self.concluded = True
 
     def failed(self, message: str):
         self.verdict.setText(f"Comparison failed: {html.escape(message)}")
+        self.concluded = True
 
     def _verdict(self):
         b, m = self.base.result, self.mtp.result
-        bt, mt = b["stats"].get("decode_tps"), m["stats"].get("decode_tps")
+        bt = statistics.median(r["stats"].get("decode_tps") or 0.0 for r in self.runs["baseline"])
+        mt = statistics.median(r["stats"].get("decode_tps") or 0.0 for r in self.runs["mtp"])
         ratio = (mt / bt) if bt and mt else None
-        parts = [speed_verdict(ratio, bt, mt, m["stats"], b.get("usual_tps"))]
+        runs = min(len(self.runs["baseline"]), len(self.runs["mtp"]))
+        parts = [speed_verdict(ratio, bt, mt, m["stats"], b.get("usual_tps"), runs)]
         if self.greedy:
             diff = first_difference(b["answer"], m["answer"])
             if diff is None:

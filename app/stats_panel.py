@@ -12,7 +12,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 SERIES_COLORS = {"MTP": "#2e9d52", "baseline": "#8a8f98"}
 
@@ -32,32 +32,34 @@ class _Plot(pg.PlotWidget):
         self.setMenuEnabled(False)
         item = self.getPlotItem()
         item.setTitle(title, color=fg, size="9pt")
-        for side, text in (("left", left), ("bottom", bottom)):
+        # the units are in the title: axis labels would take a third of a small chart's height
+        self.units = {"left": left, "bottom": bottom}
+        for side in ("left", "bottom"):
             ax = item.getAxis(side)
-            ax.setLabel(text, color=fg)
+            ax.enableAutoSIPrefix(False)  # plain seconds, never "(x0.001)"
             ax.setTextPen(fg)
             ax.setPen(fg)
         item.showGrid(x=True, y=True, alpha=0.15)
-        self.setMinimumHeight(110)
+        self.setMinimumHeight(100)
 
     def restyle(self) -> None:
         bg, fg = _theme_colors()
         self.setBackground(bg)
         item = self.getPlotItem()
-        item.titleLabel.setText(item.titleLabel.text, color=fg)
+        item.titleLabel.setText(item.titleLabel.text, color=fg, size="9pt")
         for side in ("left", "bottom"):
             ax = item.getAxis(side)
             ax.setTextPen(fg)
             ax.setPen(fg)
-            ax.setLabel(ax.labelText, ax.labelUnits, color=fg)
 
 
 class SpeedChart(_Plot):
     """Decode tokens/s over a reply's time; one line per run (baseline, MTP)."""
 
+    TITLE = "tok/s over seconds"
+
     def __init__(self, parent=None):
-        super().__init__("Speed", "tok/s", "seconds", parent)
-        self.legend = self.getPlotItem().addLegend(offset=(-4, 4), labelTextSize="8pt")
+        super().__init__(self.TITLE, "tok/s", "seconds", parent)
         self.series: dict[str, tuple[list, list, pg.PlotDataItem]] = {}
         self.setToolTip("Decode tokens per second over the reply. In Compare, the baseline run (gray) and "
                         "the MTP run (green) are drawn on the same axes.")
@@ -67,30 +69,45 @@ class SpeedChart(_Plot):
         """Every series' points, for tests and summaries."""
         return [p for xs, ys, _ in self.series.values() for p in zip(xs, ys)]
 
-    def clear(self) -> None:
+    def clear_series(self) -> None:
+        # not clear(): PlotWidget sets its PlotItem's clear() on each instance, hiding a method
         for _, _, item in self.series.values():
             self.removeItem(item)
-        self.legend.clear()
         self.series = {}
+        self._title()
+
+    def _title(self) -> None:
+        """The title names the lines in their colors (a legend would cover the curves)."""
+        names = " vs ".join(f"<span style='color:{SERIES_COLORS.get(n, '#3b7dd8')}'>{n}</span>" for n in self.series)
+        self.getPlotItem().setTitle(f"{self.TITLE}{': ' + names if names else ''}", color=_theme_colors()[1],
+                                    size="9pt")
 
     def add(self, name: str, t: float, tps: float) -> None:
         if name not in self.series:
             pen = pg.mkPen(SERIES_COLORS.get(name, "#3b7dd8"), width=2)
-            self.series[name] = ([], [], self.plot([], [], pen=pen, name=name))
+            self.series[name] = ([], [], self.plot([], [], pen=pen, symbol="o", symbolSize=4,
+                                                   symbolBrush=SERIES_COLORS.get(name), symbolPen=None))
+            self._title()
         xs, ys, item = self.series[name]
         xs.append(t)
         ys.append(tps)
         item.setData(xs, ys)
+        # axes from zero: the eye reads speeds against nothing, not against the lowest value
+        t_max = max(x for xs_, _, _ in self.series.values() for x in xs_)
+        v_max = max(y for _, ys_, _ in self.series.values() for y in ys_)
+        self.setXRange(0, max(t_max, 1.0), padding=0.02)
+        self.setYRange(0, max(v_max, 1.0) * 1.15, padding=0)
 
 
 class AcceptanceBars(_Plot):
     """How often the model accepted the drafter's guess at each draft position."""
 
     def __init__(self, parent=None):
-        super().__init__("Accepted per draft position", "%", "position", parent)
+        super().__init__("% of guesses accepted, per draft position", "%", "position", parent)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=SERIES_COLORS["MTP"])
         self.addItem(self.bars)
-        self.setYRange(0, 100)
+        self.setYRange(0, 100, padding=0)
+        self.getPlotItem().getAxis("left").setTicks([[(0, "0"), (50, "50"), (100, "100")]])
         self.values: list[float] = []
         self.setToolTip("For each position in a draft (1 = the drafter's first guess), the share of guesses "
                         "the model accepted. Later guesses depend on earlier ones, so the bars fall off; "
@@ -102,7 +119,9 @@ class AcceptanceBars(_Plot):
         self.values = list(values)
         xs = list(range(1, len(values) + 1))
         self.bars.setOpts(x=xs, height=[v * 100 for v in values])
-        self.setXRange(0.4, max(len(values), 3) + 0.6, padding=0)
+        n = max(len(values), 3)
+        self.getPlotItem().getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, n + 1)]])
+        self.setXRange(0.4, n + 0.6, padding=0)
 
 
 class StatsBar(QWidget):
@@ -129,17 +148,18 @@ class StatsBar(QWidget):
         super().__init__(parent)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(8, 2, 8, 2)
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(14)
+        self.grid.setVerticalSpacing(0)
         self.labels = {}
         for key, title in self.FIELDS:
             lab = QLabel(f"{title}: –")
-            lab.setMinimumWidth(60)
             lab.setToolTip(self.TIPS[key])
-            row.addWidget(lab)
             self.labels[key] = (lab, title)
-        row.addStretch(1)
-        outer.addLayout(row)
+        self._columns = 0
+        self._reflow(len(self.FIELDS))
+        outer.addLayout(self.grid)
         self.charts = QWidget(self)
         cl = QHBoxLayout(self.charts)
         cl.setContentsMargins(0, 0, 0, 0)
@@ -147,9 +167,35 @@ class StatsBar(QWidget):
         self.bars = AcceptanceBars(self.charts)
         cl.addWidget(self.chart, 3)
         cl.addWidget(self.bars, 2)
-        self.charts.setMaximumHeight(150)
+        self.charts.setFixedHeight(140)
         outer.addWidget(self.charts)
         self._last_live = -1.0
+
+    def _reflow(self, columns: int) -> None:
+        """One row of numbers, or two rows of three when the window is narrow."""
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for i, (lab, _) in enumerate(self.labels.values()):
+            self.grid.removeWidget(lab)
+            self.grid.addWidget(lab, i // columns, i % columns)
+        for c in range(len(self.FIELDS) + 1):
+            self.grid.setColumnStretch(c, 0)
+        self.grid.setColumnStretch(columns, 1)
+
+    def _one_row_width(self) -> int:
+        return sum(lab.sizeHint().width() for lab, _ in self.labels.values()) + 14 * len(self.FIELDS) + 16
+
+    def resizeEvent(self, e):
+        super().resizeEvent(e)
+        self._reflow(len(self.FIELDS) if self.width() >= self._one_row_width() else 3)
+
+    def minimumSizeHint(self):
+        hint = super().minimumSizeHint()
+        labs = [lab.sizeHint().width() for lab, _ in self.labels.values()]
+        three = sum(max(labs[c::3]) for c in range(3)) + 14 * 3 + 16  # two rows of three
+        hint.setWidth(min(hint.width(), three))
+        return hint
 
     def show_charts(self, on: bool) -> None:
         self.charts.setVisible(on)
@@ -179,7 +225,7 @@ class StatsBar(QWidget):
         for key, _ in self.FIELDS:
             self._set(key, "–")
         if not keep_chart:
-            self.chart.clear()
+            self.chart.clear_series()
             self.bars.set_values([])
         self._last_live = -1.0
 
@@ -198,7 +244,7 @@ class StatsBar(QWidget):
         self._set_k(s)
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
-        if t is not None and s.get("decode_tps"):
+        if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only
             self.chart.add("MTP" if s.get("mode") == "mtp" else "baseline", t, s["decode_tps"])
         if s.get("mode") == "mtp":
             self.bars.set_values(s.get("per_position_acceptance") or [])

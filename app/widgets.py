@@ -116,6 +116,7 @@ class MessageWidget(QFrame):
         self.body.anchorClicked.connect(self._anchor)
         lay.addWidget(self.body)
         self.footer = QLabel(self)
+        self.footer.setWordWrap(True)  # a long footer wraps instead of widening the window
         self.footer.setStyleSheet("color: gray; font-size: 11px")
         self.footer.hide()
         lay.addWidget(self.footer)

@@ -9,12 +9,15 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QPushButton, QSpinBox, QSplitter,
+                               QMessageBox, QPushButton, QSpinBox, QSplitter, QToolButton,
                                QStackedWidget, QVBoxLayout, QWidget)
+
+from engine.models.library import Library
 
 from .chat_list import ChatList
 from .chat_view import ChatView, EditBanner
 from .compare import ComparePage
+from .model_picker import ModelPicker
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
@@ -23,6 +26,9 @@ from .widgets import InputBox, MessageWidget
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
+SHORT_COMPARE_S = 3.0  # Compare runs shorter than this are repeated (a median of 3 each): timer
+# noise and a busy moment weigh too much in one short run
+COMPARE_REPEATS = 2
 
 
 class MainWindow(QMainWindow):
@@ -32,10 +38,12 @@ class MainWindow(QMainWindow):
     _count = Signal(int, list, bool)
     _shutdown = Signal()
 
-    def __init__(self, settings: Settings | None = None, store: Store | None = None):
+    def __init__(self, settings: Settings | None = None, store: Store | None = None,
+                 library: Library | None = None):
         super().__init__()
         self.settings = settings if settings is not None else Settings()
         self.store = store if store is not None else Store()
+        self.library = library if library is not None else Library()
         self.setWindowTitle("Tandem")
         self.resize(1180, 780)
         self._base_font_size = self.font().pointSizeF()
@@ -47,6 +55,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._mtp_limit_said = False
         self._editing: MessageWidget | None = None  # the message whose new version is in the input box
+        self.downloader_args: dict = {}  # where downloads come from (tests: a local hub)
 
         self._build_ui()
         self.restore_geometry()
@@ -84,10 +93,9 @@ class MainWindow(QMainWindow):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(6, 6, 6, 6)
         bar = QHBoxLayout()
-        self.model_label = QLabel()
-        self.model_label.setTextFormat(Qt.RichText)
-        self.load_btn = QPushButton("Load model…")
-        self.load_btn.clicked.connect(self.choose_models)
+        self.picker = ModelPicker(self.library)
+        self.picker.chosen.connect(self.load_models)
+        self.picker.manage.connect(self.open_models)
         self.mtp_switch = QCheckBox("MTP")
         self.mtp_switch.setObjectName("mtpSwitch")
         self.mtp_switch.toggled.connect(self._chat_settings_changed)
@@ -102,23 +110,30 @@ class MainWindow(QMainWindow):
         self.think_switch = QCheckBox("Thinking")
         self.think_switch.setToolTip("Gemma 4 thinking mode for this chat")
         self.think_switch.toggled.connect(self._chat_settings_changed)
-        self.origin_switch = QCheckBox("Token origins")
+        self.origin_switch = QAction("Token origins", self, checkable=True)
         self.origin_switch.setToolTip("Tint each token: green = drafted and accepted, orange = produced by the model itself")
         self.origin_switch.toggled.connect(self._toggle_origins)
-        self.origin_legend = QLabel("<span style='background:#b7ebc0'>&nbsp;drafted, accepted&nbsp;</span> "
-                                    "<span style='background:#ffe2b8'>&nbsp;model's own&nbsp;</span>")
+        self.origin_legend = QLabel("Token origins: <span style='background:#b7ebc0; color:#1a1a1a'>&nbsp;drafted, "
+                                    "accepted&nbsp;</span> <span style='background:#ffe2b8; color:#1a1a1a'>&nbsp;model's "
+                                    "own&nbsp;</span>")
         self.origin_legend.hide()
         self.compare_btn = QPushButton("Compare")
         self.compare_btn.setToolTip("Send the prompt in the input box twice: baseline, then MTP, and compare")
         self.compare_btn.clicked.connect(self.compare)
-        self.settings_btn = QPushButton("Settings…")
+        self.help_btn = QToolButton()
+        self.help_btn.setText("?")
+        self.help_btn.setToolTip("How MTP works, in plain words")
+        self.help_btn.clicked.connect(self.explain_mtp)
+        self.settings_btn = QToolButton()
+        self.settings_btn.setText("⚙")
+        self.settings_btn.setToolTip("Settings")
         self.settings_btn.clicked.connect(self.open_settings)
-        for w in (self.model_label,):
-            bar.addWidget(w, 1)
-        for w in (self.load_btn, self.mtp_switch, self.draft_spin, self.think_switch, self.origin_switch,
-                  self.origin_legend, self.compare_btn, self.settings_btn):
+        bar.addWidget(self.picker, 1)
+        for w in (self.mtp_switch, self.draft_spin, self.think_switch, self.compare_btn, self.help_btn,
+                  self.settings_btn):
             bar.addWidget(w)
         rl.addLayout(bar)
+        rl.addWidget(self.origin_legend)
         # said once per loaded model, where measurements show MTP cannot be faster here
         self.mtp_banner = QLabel()
         self.mtp_banner.setObjectName("mtpBanner")
@@ -161,8 +176,8 @@ class MainWindow(QMainWindow):
 
         menu = self.menuBar().addMenu("&File")
         for text, slot, key in (("New chat", self.new_conversation, QKeySequence.New),
-                                ("Load model…", self.choose_models, QKeySequence.Open),
-                                ("Download models…", self.show_welcome, None),
+                                ("Models…", self.open_models, QKeySequence.Open),
+                                ("Import GGUF…", self.import_model, None),
                                 ("Export chat as Markdown…", lambda: self.export("md"), None),
                                 ("Export chat as JSON…", lambda: self.export("json"), None),
                                 ("Settings…", self.open_settings, QKeySequence.Preferences),
@@ -184,6 +199,7 @@ class MainWindow(QMainWindow):
             act.triggered.connect(lambda _=False, d=step: self.scale_font(d))
             view.addAction(act)
         view.addSeparator()
+        view.addAction(self.origin_switch)
         self.charts_act = QAction("Speed charts", self, checkable=True)
         self.charts_act.setChecked(bool(self.settings.get("show_charts", True)))
         self.charts_act.toggled.connect(self._show_charts)
@@ -197,9 +213,18 @@ class MainWindow(QMainWindow):
         help_menu.addAction(about)
         self.statusBar().showMessage("Ready")
 
+    SMALL_HEIGHT = 700  # below this the charts would squeeze the chat: they fold away
+
     def _show_charts(self, on: bool) -> None:
         self.settings["show_charts"] = on
-        self.stats_bar.show_charts(on)
+        self._fit_charts()
+
+    def _fit_charts(self) -> None:
+        self.stats_bar.show_charts(bool(self.settings.get("show_charts", True)) and self.height() >= self.SMALL_HEIGHT)
+
+    def resizeEvent(self, e):
+        super().resizeEvent(e)
+        self._fit_charts()
 
     def _start_worker(self):
         self.thread = QThread(self)
@@ -220,13 +245,25 @@ class MainWindow(QMainWindow):
         self.thread.start()
 
     # ---- models ------------------------------------------------------------------------
-    def choose_models(self):
-        target, _ = QFileDialog.getOpenFileName(self, "Choose a Gemma 4 model (GGUF)", "", "GGUF models (*.gguf)")
-        if not target:
-            return
-        drafter, _ = QFileDialog.getOpenFileName(self, "Choose its MTP drafter (optional; Cancel for none)",
-                                                 str(Path(target).parent), "GGUF models (*.gguf)")
-        self.load_models(target, drafter)
+    def open_models(self) -> None:
+        """The Models page: local pairs, download, import, remove; Load switches to one."""
+        from engine.models.hardware import this_machine
+
+        from .models_dialog import ModelsDialog
+
+        dlg = ModelsDialog(self.library, this_machine(), self.downloader_args,
+                           current=self.settings.get("target") or "", parent=self)
+        dlg.load_requested.connect(self.load_models)
+        dlg.exec()
+        self.picker.refresh()
+
+    def import_model(self) -> None:
+        from .models_dialog import import_pair
+
+        path, _ = QFileDialog.getOpenFileName(self, "Import a Gemma 4 model (GGUF)", "", "GGUF models (*.gguf)")
+        if path and (target := import_pair(self, self.library, path)):
+            entry = self.library.find(target)
+            self.load_models(entry.target, entry.drafter or "")
 
     def about_text(self) -> str:
         import engine
@@ -265,7 +302,7 @@ class MainWindow(QMainWindow):
         """The first-run flow: recommend, download (or pick local files), then load and chat."""
         from .welcome import WelcomeDialog
 
-        dlg = WelcomeDialog(self, downloader_args)
+        dlg = WelcomeDialog(self, downloader_args or self.downloader_args, library=self.library)
         if dlg.exec() != WelcomeDialog.Accepted or not dlg.chosen:
             return False
         target, drafter, _guidance = dlg.chosen  # the catalog's k is only guidance: auto by default
@@ -284,7 +321,7 @@ class MainWindow(QMainWindow):
         self._mtp_limit_said = False  # a new model: its costs are measured anew
         self.mtp_banner.hide()
         self._update_controls()
-        self.model_label.setText(f"Loading <b>{html.escape(Path(target).name)}</b>…")
+        self.picker.refresh(current=target, status="loading…")
         self.statusBar().showMessage("Loading model…")
         spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
         spec.update(target=target, drafter=drafter)
@@ -297,6 +334,9 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self.settings["target"], self.settings["drafter"] = info["target"], info["drafter"]
         self.settings.save()
+        if self.library.find(info["target"]) is None:  # loaded from an older setting: list it
+            self.library.add(Path(info["target"]).stem, info["target"], info["drafter"] or None, "import")
+        self.library.touch(info["target"])
         self._set_model_label(info)
         self.statusBar().showMessage(f"Loaded {info['target_name']} (context {info['n_ctx']} tokens)", 5000)
         self._update_controls()
@@ -310,11 +350,13 @@ class MainWindow(QMainWindow):
             message(self, QMessageBox.Warning, "Could not load the model", msg)
 
     def _set_model_label(self, info):
+        """The picker shows the loaded pair (or that none is)."""
         if not info:
-            self.model_label.setText("<i>No model loaded</i> — choose a Gemma 4 GGUF and its drafter")
+            self.picker.refresh(current="", status="")
             return
-        d = f" + <b>{html.escape(info['drafter_name'])}</b>" if info["drafter_name"] else ""
-        self.model_label.setText(f"<b>{html.escape(info['target_name'])}</b>{d}")
+        self.picker.refresh(current=info["target"], status="" if info["drafter_name"] else "no drafter")
+        d = f" + {info['drafter_name']}" if info["drafter_name"] else " (no MTP drafter)"
+        self.picker.setToolTip(f"{info['target_name']}{d}. Switch with one click; Models… to add or remove")
 
     def _update_controls(self):
         loaded = self.model_info is not None
@@ -328,7 +370,7 @@ class MainWindow(QMainWindow):
             self.mtp_switch.setToolTip("MTP: a small drafter guesses the next few words and the model checks them "
                                        "all in one pass. Same answer, often faster. Help → How MTP works")
         self.compare_btn.setEnabled(loaded and has_mtp and not busy)
-        self.load_btn.setEnabled(not busy)
+        self.picker.setEnabled(not busy)
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or loaded)
 
@@ -374,6 +416,7 @@ class MainWindow(QMainWindow):
         self.draft_spin.setValue(int(s.get("draft_max", 0)))
         self.draft_spin.blockSignals(False)
         self._show_chat()
+        self._show_last_stats()
         self.stack.setCurrentIndex(0)
         self.setWindowTitle(f"{conv.title} — Tandem")
         self._update_controls()
@@ -452,6 +495,13 @@ class MainWindow(QMainWindow):
         self.cancel_edit()
         self.chat_view.show_messages(self.store.messages(self.conversation_id))
         self._scroll_to_end()
+
+    def _show_last_stats(self) -> None:
+        """The stats bar belongs to the chat on screen: its last reply's numbers, or none."""
+        self.stats_bar.reset()
+        last = next((w for w in reversed(self._message_widgets()) if w.role == "assistant" and w.stats), None)
+        if last is not None and last.stats.get("mode"):
+            self.stats_bar.update_stats(last.stats, final=True)
 
     def _mark_last(self):
         self.chat_view.mark_last()
@@ -645,9 +695,11 @@ class MainWindow(QMainWindow):
                 self.compare_page.failed("stopped before both runs finished")
             return
         which, use_mtp = self._compare_queue.pop(0)
-        self.stats_bar.reset(keep_chart=which != "baseline")  # both runs on one chart
+        first = not self.compare_page.runs[which]  # repeats add numbers, not lines on the chart
+        self.stats_bar.reset(keep_chart=bool(self.compare_page.runs["baseline"]))  # both runs on one chart
         self._rid += 1
-        self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter()}
+        self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter(),
+                        "chart": first}
         self._update_controls()
         # fresh cache for each run, so both pay the same prefill; same seed for sampling
         cfg = self._gen_config(use_mtp=use_mtp, fresh=True, seed=1234)
@@ -660,7 +712,7 @@ class MainWindow(QMainWindow):
             return
         answer = "".join(t for t, ch, _ in pieces if ch == "answer")
         thinking = "".join(t for t, ch, _ in pieces if ch == "thinking")
-        self.stats_bar.update_stats(stats, time.perf_counter() - a["t0"])
+        self.stats_bar.update_stats(stats, time.perf_counter() - a["t0"] if a.get("chart", True) else None)
         if a["kind"] == "compare":
             self.compare_page.stream(a["which"], answer)
             return
@@ -678,9 +730,18 @@ class MainWindow(QMainWindow):
             return
         self._active = None
         self._show_mtp_limit(result)
-        self.stats_bar.update_stats(result["stats"], time.perf_counter() - a["t0"], final=True)
+        self.stats_bar.update_stats(result["stats"], time.perf_counter() - a["t0"] if a.get("chart", True) else None,
+                                    final=True)
         if a["kind"] == "compare":
-            self.compare_page.done(a["which"], result)
+            page = self.compare_page
+            page.done(a["which"], result)
+            if (not self._compare_queue and len(page.runs["mtp"]) == 1 and page.runs["baseline"]
+                    and max(r["stats"].get("decode_s") or 0.0 for r in page.runs["baseline"] + page.runs["mtp"])
+                    < SHORT_COMPARE_S):
+                self._compare_queue = [("baseline", False), ("mtp", True)] * COMPARE_REPEATS
+                page.repeating(COMPARE_REPEATS)
+            if not self._compare_queue:
+                page.conclude()
             self._update_controls()
             self._next_compare()
             return
@@ -717,7 +778,10 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Stopped" if kind == "cancelled" else "No reply", 5000)
         if a["kind"] == "compare":
             self._compare_queue.clear()
-            self.compare_page.failed(msg or "stopped before both runs finished")
+            if self.compare_page.base.result and self.compare_page.mtp.result:
+                self.compare_page.conclude()  # stopped during the repeats: the runs so far count
+            else:
+                self.compare_page.failed(msg or "stopped before both runs finished")
             return
         w = a["widget"]
         if a["cont"] and len(w.text) == len(a["cont"][0]):  # nothing was added: the reply stays as it was

@@ -1,9 +1,10 @@
 """Screenshots of the real app with the synthetic models, for the README and for review.
 
-    xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots
+    xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots [dark]
 
-Writes chat.png, compare.png, origins.png and welcome.png. Uses a temporary settings file and chat
-database, so your own conversations are not touched.
+Writes chat.png, compare.png, origins.png, models.png, small.png (the window at 800x600) and
+welcome.png; with "dark", the same with a -dark suffix. Uses a temporary settings file, chat
+database and model library, so your own are not touched.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import time
 from pathlib import Path
 
 
-def main(out: Path) -> int:
+def main(out: Path, theme: str = "light") -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.gui import apply_theme
     from app.settings import Settings
     from app.store import Store
     from app.window import MainWindow
+    from engine.models.hardware import this_machine
+    from engine.models.library import Library
     from engine.testmodels import make_test_models
 
     out.mkdir(parents=True, exist_ok=True)
@@ -28,9 +31,10 @@ def main(out: Path) -> int:
     target, drafter = make_test_models(tmp / "models", "tiny", 0.8)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     settings = Settings(tmp / "settings.json")
-    settings.update(target=str(target), drafter=str(drafter), max_tokens=160, theme="light")
-    apply_theme(app, "light")
-    win = MainWindow(settings, Store(tmp / "chats.sqlite3"))
+    settings.update(target=str(target), drafter=str(drafter), max_tokens=160, theme=theme)
+    apply_theme(app, theme)
+    suffix = "" if theme == "light" else f"-{theme}"
+    win = MainWindow(settings, Store(tmp / "chats.sqlite3"), Library(tmp / "models.json"))
     win.resize(1280, 820)
     win.show()
 
@@ -43,12 +47,14 @@ def main(out: Path) -> int:
             app.processEvents()
             time.sleep(0.01)
 
-    def shot(name):
-        win.raise_()
+    def shot(name, w=None):
+        w = w or win
+        w.raise_()
         wait(lambda: True)
-        pix = win.screen().grabWindow(win.winId())
+        pix = w.screen().grabWindow(w.winId())
         if pix.isNull() or pix.width() < 10:
-            pix = win.grab()
+            pix = w.grab()
+        name = name.replace(".png", f"{suffix}.png")
         pix.save(str(out / name))
         print(out / name)
 
@@ -66,22 +72,30 @@ def main(out: Path) -> int:
     win.input.setPlainText("Count from one to twenty.")
     win.compare()
     page = win.compare_page
-    wait(lambda: page.base.result is not None and page.mtp.result is not None)
+    wait(lambda: page.concluded)
     shot("compare.png")
     win.stack.setCurrentIndex(0)
 
+    from app.models_dialog import ModelsDialog
+
+    models = ModelsDialog(win.library, this_machine(), current=str(target), parent=win)
+    models.show()
+    shot("models.png", models)
+    models.close()
+
     from app.welcome import WelcomeDialog
 
-    welcome = WelcomeDialog(win)
+    welcome = WelcomeDialog(win, library=win.library)
     welcome.show()
-    wait(lambda: True)
-    pix = welcome.screen().grabWindow(welcome.winId())
-    (pix if not pix.isNull() and pix.width() > 10 else welcome.grab()).save(str(out / "welcome.png"))
-    print(out / "welcome.png")
+    shot("welcome.png", welcome)
     welcome.close()
+
+    win.resize(800, 600)
+    shot("small.png")
     win.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "resources/screenshots")))
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "resources/screenshots"),
+                  sys.argv[2] if len(sys.argv) > 2 else "light"))

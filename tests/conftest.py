@@ -6,10 +6,13 @@ They run through llama.cpp's real gemma4 / gemma4-assistant graphs: nothing is m
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# the model library (and anything else per-user) of this test session, never the real user's
+os.environ["TANDEM_DATA_DIR"] = tempfile.mkdtemp(prefix="tandem-test-data-")
 
 
 @pytest.fixture(scope="session")

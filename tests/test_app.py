@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QMessageBox, QToolButton
 
 from app.settings import Settings
 from app.store import Store
+from engine.models.library import Library
 from app.window import MainWindow
 
 TIMEOUT = 120000  # generous: a busy CI machine must not fail a test by slowness
@@ -18,7 +19,7 @@ TIMEOUT = 120000  # generous: a busy CI machine must not fail a test by slowness
 def make_window(qtbot, tmp_path, target, drafter="", **settings):
     s = Settings(tmp_path / "settings.json")
     s.update({"target": str(target), "drafter": str(drafter), "max_tokens": 120, **settings})
-    w = MainWindow(s, Store(tmp_path / "chats.sqlite3"))
+    w = MainWindow(s, Store(tmp_path / "chats.sqlite3"), Library(tmp_path / "models.json"))
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.model_info is not None, timeout=TIMEOUT)
@@ -94,8 +95,11 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     win.input.setPlainText("The quick brown fox")
     qtbot.mouseClick(win.compare_btn, Qt.LeftButton)
     page = win.compare_page
-    qtbot.waitUntil(lambda: page.base.result is not None and page.mtp.result is not None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: page.concluded, timeout=TIMEOUT)
     assert win.stack.currentIndex() == 1
+    # the tiny model's runs take milliseconds: each was repeated, and the verdict uses medians
+    assert len(page.runs["baseline"]) == len(page.runs["mtp"]) == 3
+    assert "median of 3 runs each" in page.verdict.text() and "of 3 runs" in page.mtp.stats.text()
     assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
     assert page.base.result["answer"] == page.mtp.result["answer"] != ""
     assert "identical output" in page.verdict.text()
@@ -583,15 +587,15 @@ def test_per_chat_system_prompt(qtbot, win):
 
 def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, win):
     chart, bars = win.stats_bar.chart, win.stats_bar.bars
-    assert chart.getPlotItem().getAxis("left").labelText == "tok/s"
-    assert chart.getPlotItem().getAxis("bottom").labelText == "seconds"
+    assert chart.units == {"left": "tok/s", "bottom": "seconds"}
+    assert "tok/s over seconds" in chart.getPlotItem().titleLabel.text
     win.draft_spin.setValue(3)
     send(qtbot, win, "a b c d e f g")
     assert set(chart.series) == {"MTP"} and len(bars.values) == 3
     win.input.setPlainText("The quick brown fox")
     qtbot.mouseClick(win.compare_btn, Qt.LeftButton)
     page = win.compare_page
-    qtbot.waitUntil(lambda: page.base.result is not None and page.mtp.result is not None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: page.concluded, timeout=TIMEOUT)
     assert set(chart.series) == {"baseline", "MTP"}  # both runs on one chart
     assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP"][0]) >= 1
     assert [round(v, 6) for v in bars.values] == [
@@ -602,3 +606,36 @@ def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, 
     n = len(chart.points)
     send(qtbot, win, "zzz yyy")
     assert n > 0 and len(chart.points) == 0  # cleared for the reply, and a hidden chart draws nothing
+
+
+def test_switching_chats_shows_that_chats_numbers_not_the_previous_ones(qtbot, win):
+    win.draft_spin.setValue(2)
+    send(qtbot, win, "a b c d e f g")
+    first = win.stats_bar.labels["decode"][0].text()
+    assert first != "tok/s: –" and len(win.stats_bar.chart.points) >= 1
+    first_chat = win.conversation_id
+    win.new_conversation()
+    assert win.stats_bar.labels["decode"][0].text() == "tok/s: –"  # a new chat has no numbers yet
+    assert win.stats_bar.chart.points == [] and win.stats_bar.bars.values == []
+    win.open_conversation(first_chat)  # back: its last reply's numbers and bars again
+    assert win.stats_bar.labels["decode"][0].text() == first
+    assert win.stats_bar.labels["k"][0].text() == "k: 2" and len(win.stats_bar.bars.values) == 2
+
+
+def test_usable_at_800_by_600(qtbot, win):
+    from PySide6.QtCore import QPoint
+
+    win.draft_spin.setValue(0)
+    win.settings["max_tokens"] = 200
+    send(qtbot, win, "Hello world, this is a test")  # a long footer and stats in the window
+    win.resize(800, 600)
+    qtbot.waitUntil(lambda: win.size().width() == 800 and win.size().height() == 600, timeout=5000)
+    qtbot.wait(100)  # the stats fold into two rows on the resize; let the layout settle
+    assert win.stats_bar.charts.isHidden()  # folded away below 700 px: the chat keeps its room
+    for w in (win.picker, win.mtp_switch, win.draft_spin, win.think_switch, win.compare_btn, win.help_btn,
+              win.settings_btn, win.send_btn, *[lab for lab, _ in win.stats_bar.labels.values()]):
+        right = w.mapTo(win, QPoint(w.width(), 0)).x()
+        assert w.isVisible() and right <= win.width(), w
+        assert w.width() >= w.minimumSizeHint().width(), w  # nothing squeezed below its text
+    assert win.chat_view.scroll.height() > 150 and win.input.isVisible()
+    assert win.settings.get("show_charts", True) is True  # folding is not the user's choice: kept

@@ -42,6 +42,17 @@ class GGUFInfo:
     head_dim: tuple[int, int] = (0, 0)  # key length, value length (full-attention layers)
     head_dim_swa: tuple[int, int] = (0, 0)  # the same for sliding-window layers
     n_swa: int = 0
+    file_type: int = -1  # general.file_type: llama.cpp's quantization of the file
+
+    @property
+    def quant(self) -> str:
+        """The quantization as people name it (Q4_K_M, Q8_0, F16), or '' if the file does not say."""
+        from gguf import LlamaFileType
+
+        try:
+            return LlamaFileType(self.file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            return ""
 
     @property
     def is_gemma4_target(self) -> bool:
@@ -241,6 +252,7 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         head_dim=(hd_full, hd_full_v),
         head_dim_swa=(hd_swa, hd_swa_v),
         n_swa=num("attention.sliding_window"),
+        file_type=ft if isinstance((ft := meta.get("general.file_type")), int) and not isinstance(ft, _Skipped) else -1,
     )
 
 

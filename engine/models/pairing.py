@@ -20,9 +20,13 @@ def candidate_files(target: Path) -> list[Path]:
 
 
 def find_drafter(target: str | Path) -> tuple[Path | None, list[str]]:
-    """Returns (the first matching drafter or None, one line per file that does not pair)."""
+    """Returns (the first matching drafter or None, one line per drafter file that does not
+    pair). A target that is not Gemma 4 gets one line: no drafter can pair with it."""
     target = Path(target)
     tinfo = read_gguf_info(target)
+    if not tinfo.is_gemma4_target:
+        return None, [f"{target.name} is a {tinfo.arch} model; MTP drafters exist only for Gemma 4, "
+                      "so it runs without the speed-up"]
     reasons = []
     for p in candidate_files(target):
         try:
@@ -30,8 +34,8 @@ def find_drafter(target: str | Path) -> tuple[Path | None, list[str]]:
         except TandemError as e:
             reasons.append(str(e))
             continue
-        if info.arch == tinfo.arch and not info.is_drafter:
-            continue  # another target (a different quantization): not a drafter candidate
+        if not (info.is_drafter or "assistant" in info.arch):
+            continue  # another target, a projector, another model: not worth a reason
         try:
             check_drafter(tinfo, info)
         except TandemError as e:
@@ -49,3 +53,17 @@ def pair_info(target: str | Path, drafter: str | Path | None) -> tuple[GGUFInfo,
     d = read_gguf_info(drafter)
     check_drafter(t, d)
     return t, d
+
+
+def find_projector(target: str | Path) -> Path | None:
+    """The multimodal projector (a 'clip' GGUF, usually named mmproj-*) next to a target."""
+    target = Path(target)
+    for p in candidate_files(target)[:64]:  # bounded: a folder of thousands of files is not read whole
+        if "mmproj" not in p.name.lower():
+            continue
+        try:
+            if read_gguf_info(p).arch == "clip":
+                return p
+        except TandemError:
+            continue
+    return None
