@@ -59,6 +59,7 @@ class Pane(QWidget):
         self.view = SafeBrowser(self)
         self.stats = QLabel("–")
         self.stats.setStyleSheet("color: gray")
+        self.stats.setWordWrap(True)  # a long footer wraps instead of widening the window
         lay.addWidget(self.title)
         lay.addWidget(self.view, 1)
         lay.addWidget(self.stats)

@@ -628,6 +628,10 @@ def test_usable_at_800_by_600(qtbot, win):
     win.draft_spin.setValue(0)
     win.settings["max_tokens"] = 200
     send(qtbot, win, "Hello world, this is a test")  # a long footer and stats in the window
+    win.input.setPlainText("a b c")
+    win.compare()  # the compare page's long footers too
+    qtbot.waitUntil(lambda: win.compare_page.concluded, timeout=TIMEOUT)
+    win.stack.setCurrentIndex(0)
     win.resize(800, 600)
     qtbot.waitUntil(lambda: win.size().width() == 800 and win.size().height() == 600, timeout=5000)
     qtbot.wait(100)  # the stats fold into two rows on the resize; let the layout settle
