@@ -113,8 +113,10 @@ class GenerationStats:
         return s + (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
 
     def footer(self) -> str:
-        """One line for the end of a message, e.g. '62.4 tok/s · TTFT 0.21 s · 78 % accepted'."""
-        parts = []
+        """One line for the end of a message, e.g.
+        '412 tokens in 6.8 s · 62.4 tok/s · TTFT 0.21 s · 78 % accepted · 2.9 tok/step · MTP k=3'."""
+        n = self.generated_tokens
+        parts = [f"{n} token{'' if n == 1 else 's'} in {self.ttft_s + self.decode_s:.1f} s"]
         if self.decode_tps is not None:
             parts.append(f"{self.decode_tps:.1f} tok/s")
         parts.append(f"TTFT {self.ttft_s:.2f} s")

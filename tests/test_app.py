@@ -56,6 +56,7 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     assert s["decode_tps"] > 0 and s["ttft_s"] > 0 and 0 < s["acceptance_rate"] < 1
     assert 1 < s["mean_accepted_length"] <= 4
     assert "tok/s" in reply.footer.text() and "MTP k=3" in reply.footer.text()
+    assert reply.footer.text().startswith("400 tokens in ")  # how much and how long, not only how fast
     assert "tok/s:" in win.stats_bar.labels["decode"][0].text()
     assert win.stats_bar.labels["k"][0].text() == "k: 3"
     assert len(win.stats_bar.chart.points) >= 1
