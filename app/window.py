@@ -7,28 +7,26 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QPushButton, QSpinBox, QSplitter, QToolButton,
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QApplication, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
+                               QMessageBox, QPushButton, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
 from engine.models.library import Library
 
+from . import help_text
 from .chat_list import ChatList
 from .chat_view import ChatView, EditBanner
 from .compare import ComparePage
-from .model_picker import ModelPicker
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
 from .stats_panel import StatsBar
+from .toolbar import ChatToolbar
 from .widgets import InputBox, MessageWidget
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
-SHORT_COMPARE_S = 3.0  # Compare runs shorter than this are repeated (a median of 3 each): timer
-# noise and a busy moment weigh too much in one short run
-COMPARE_REPEATS = 2
 
 
 class MainWindow(QMainWindow):
@@ -51,7 +49,6 @@ class MainWindow(QMainWindow):
         self.conversation_id: int | None = None
         self._rid = 0
         self._active: dict | None = None  # the request being streamed
-        self._compare_queue: list = []
         self._closing = False
         self._mtp_limit_said = False
         self._editing: MessageWidget | None = None  # the message whose new version is in the input box
@@ -92,24 +89,19 @@ class MainWindow(QMainWindow):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(6, 6, 6, 6)
-        bar = QHBoxLayout()
-        self.picker = ModelPicker(self.library)
+        self.toolbar = ChatToolbar(self.library)
+        tb = self.toolbar
+        self.picker, self.mtp_switch, self.draft_spin, self.think_switch = tb.picker, tb.mtp_switch, tb.draft_spin, tb.think_switch
+        self.compare_btn, self.help_btn, self.settings_btn = tb.compare_btn, tb.help_btn, tb.settings_btn
         self.picker.chosen.connect(self.load_models)
         self.picker.manage.connect(self.open_models)
-        self.mtp_switch = QCheckBox("MTP")
-        self.mtp_switch.setObjectName("mtpSwitch")
         self.mtp_switch.toggled.connect(self._chat_settings_changed)
-        self.draft_spin = QSpinBox()
-        self.draft_spin.setRange(0, 8)  # 0 = auto
-        self.draft_spin.setPrefix("k = ")
-        self.draft_spin.setSpecialValueText("k auto")
-        self.draft_spin.setToolTip("Draft length: tokens the drafter proposes per step. 'auto' chooses it "
-                                   "every step from what drafting costs on this machine and how often the "
-                                   "model accepts drafts, and pauses drafting when it does not pay off")
         self.draft_spin.valueChanged.connect(self._chat_settings_changed)
-        self.think_switch = QCheckBox("Thinking")
-        self.think_switch.setToolTip("Gemma 4 thinking mode for this chat")
         self.think_switch.toggled.connect(self._chat_settings_changed)
+        self.compare_btn.clicked.connect(self.compare)
+        self.help_btn.clicked.connect(self.explain_mtp)
+        self.settings_btn.clicked.connect(self.open_settings)
+        rl.addWidget(self.toolbar)
         self.origin_switch = QAction("Token origins", self, checkable=True)
         self.origin_switch.setToolTip("Tint each token: green = drafted and accepted, orange = produced by the model itself")
         self.origin_switch.toggled.connect(self._toggle_origins)
@@ -117,22 +109,6 @@ class MainWindow(QMainWindow):
                                     "accepted&nbsp;</span> <span style='background:#ffe2b8; color:#1a1a1a'>&nbsp;model's "
                                     "own&nbsp;</span>")
         self.origin_legend.hide()
-        self.compare_btn = QPushButton("Compare")
-        self.compare_btn.setToolTip("Send the prompt in the input box twice: baseline, then MTP, and compare")
-        self.compare_btn.clicked.connect(self.compare)
-        self.help_btn = QToolButton()
-        self.help_btn.setText("?")
-        self.help_btn.setToolTip("How MTP works, in plain words")
-        self.help_btn.clicked.connect(self.explain_mtp)
-        self.settings_btn = QToolButton()
-        self.settings_btn.setText("⚙")
-        self.settings_btn.setToolTip("Settings")
-        self.settings_btn.clicked.connect(self.open_settings)
-        bar.addWidget(self.picker, 1)
-        for w in (self.mtp_switch, self.draft_spin, self.think_switch, self.compare_btn, self.help_btn,
-                  self.settings_btn):
-            bar.addWidget(w)
-        rl.addLayout(bar)
         rl.addWidget(self.origin_legend)
         # said once per loaded model, where measurements show MTP cannot be faster here
         self.mtp_banner = QLabel()
@@ -266,34 +242,10 @@ class MainWindow(QMainWindow):
             self.load_models(entry.target, entry.drafter or "")
 
     def about_text(self) -> str:
-        import engine
-        from engine.llama import supports_gpu_offload, system_info, version
-
-        from .diagnostics import log_path
-
-        return (f"<h3>Tandem {engine.__version__}</h3>"
-                f"<p>Local Gemma 4 chat with MTP speculative decoding.</p>"
-                f"<p>llama-cpp-python {version()} · GPU offload: "
-                f"{'yes' if supports_gpu_offload() else 'no (CPU build)'}<br>"
-                f"<small>{system_info()}</small></p><p>Log: {log_path()}</p>")
-
-    MTP_EXPLAINED = (
-        "<h3>How MTP works</h3>"
-        "<p>Writing each word (token) normally takes one full pass through the model, and each pass "
-        "reads all of its weights from memory. MTP adds a tiny <b>drafter</b> that guesses the next few "
-        "tokens cheaply. The model then checks all the guesses in <b>one</b> pass: it keeps the guesses "
-        "it agrees with, adds one token of its own, and throws the rest away.</p>"
-        "<p><b>The answer is exactly the same</b> as without MTP: every token is still the model's own "
-        "choice. Only the speed changes.</p>"
-        "<p>It pays off when the model accepts many guesses (code, lists, repetitive text) and when "
-        "checking several tokens costs little more than one — true on GPUs, much less so on small CPUs. "
-        "With draft length <b>auto</b>, Tandem measures both while it writes, drafts as far as pays, and "
-        "pauses drafting where it would be slower. <b>Compare</b> shows the difference on your own prompt.</p>"
-        "<p>In the stats: <i>accepted</i> is the share of guesses kept, <i>tok/step</i> the tokens "
-        "produced per model pass.</p>")
+        return help_text.about()
 
     def explain_mtp(self):
-        QMessageBox.information(self, "How MTP works", self.MTP_EXPLAINED)
+        QMessageBox.information(self, "How MTP works", help_text.MTP_EXPLAINED)
 
     def show_about(self):
         QMessageBox.about(self, "About Tandem", self.about_text())
@@ -661,7 +613,7 @@ class MainWindow(QMainWindow):
     def stop(self):
         if self._active:
             self.worker.cancel(self._active["rid"])
-            self._compare_queue.clear()
+            self.compare_page.stop()
 
     # ---- compare ---------------------------------------------------------------------
     def compare(self):
@@ -676,7 +628,6 @@ class MainWindow(QMainWindow):
         msgs = self._with_system([{"role": "user", "content": text}])
         self.stack.setCurrentIndex(1)
         self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value() or "auto")
-        self._compare_queue = [("baseline", False), ("mtp", True)]
         self._compare_msgs = msgs
         self.stats_bar.reset()
         self._rid += 1  # marks the comparison as running until the first run starts
@@ -687,15 +638,14 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(150, self._next_compare)
 
     def _next_compare(self):
-        if not self._compare_queue:
+        run = self.compare_page.next_run()
+        if run is None:
             if self._active and self._active.get("kind") == "compare":
                 self._active = None  # stopped before the first run began
                 self._update_controls()
-            if not (self.compare_page.base.result and self.compare_page.mtp.result):
-                self.compare_page.failed("stopped before both runs finished")
+                self.compare_page.interrupted("stopped before both runs finished")
             return
-        which, use_mtp = self._compare_queue.pop(0)
-        first = not self.compare_page.runs[which]  # repeats add numbers, not lines on the chart
+        which, use_mtp, first = run  # repeats add numbers, not lines on the chart
         self.stats_bar.reset(keep_chart=bool(self.compare_page.runs["baseline"]))  # both runs on one chart
         self._rid += 1
         self._active = {"rid": self._rid, "kind": "compare", "which": which, "t0": time.perf_counter(),
@@ -733,15 +683,7 @@ class MainWindow(QMainWindow):
         self.stats_bar.update_stats(result["stats"], time.perf_counter() - a["t0"] if a.get("chart", True) else None,
                                     final=True)
         if a["kind"] == "compare":
-            page = self.compare_page
-            page.done(a["which"], result)
-            if (not self._compare_queue and len(page.runs["mtp"]) == 1 and page.runs["baseline"]
-                    and max(r["stats"].get("decode_s") or 0.0 for r in page.runs["baseline"] + page.runs["mtp"])
-                    < SHORT_COMPARE_S):
-                self._compare_queue = [("baseline", False), ("mtp", True)] * COMPARE_REPEATS
-                page.repeating(COMPARE_REPEATS)
-            if not self._compare_queue:
-                page.conclude()
+            self.compare_page.finished(a["which"], result)
             self._update_controls()
             self._next_compare()
             return
@@ -777,11 +719,7 @@ class MainWindow(QMainWindow):
         self._update_controls()
         self.statusBar().showMessage("Stopped" if kind == "cancelled" else "No reply", 5000)
         if a["kind"] == "compare":
-            self._compare_queue.clear()
-            if self.compare_page.base.result and self.compare_page.mtp.result:
-                self.compare_page.conclude()  # stopped during the repeats: the runs so far count
-            else:
-                self.compare_page.failed(msg or "stopped before both runs finished")
+            self.compare_page.interrupted(msg)
             return
         w = a["widget"]
         if a["cont"] and len(w.text) == len(a["cont"][0]):  # nothing was added: the reply stays as it was
