@@ -1,5 +1,6 @@
-"""The model picker in the main window: the pairs in the library, most recently used first;
-choosing one switches to it with one click. Its last entry opens the Models page."""
+"""The model picker in the main window: the pairs in the library, most recently used first,
+then the models of each server connection; choosing one switches to it with one click. Its
+last entries open the Models page and the Connections."""
 
 from __future__ import annotations
 
@@ -11,21 +12,25 @@ from PySide6.QtWidgets import QComboBox, QSizePolicy
 from engine.models.library import Library
 
 MANAGE = "manage"
+CONNECT = "connect"
 
 
 class ModelPicker(QComboBox):
     chosen = Signal(str, str)  # (target, drafter) to load
+    remote_chosen = Signal(str, str)  # (connection name, model) to connect to
     manage = Signal()
+    connect_requested = Signal()
 
-    def __init__(self, library: Library, parent=None):
+    def __init__(self, library: Library, settings=None, parent=None):
         super().__init__(parent)
         self.library = library
+        self.settings = settings  # where the server connections are
         self.setObjectName("modelPicker")
         self.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.setMinimumContentsLength(14)  # long names are elided, the toolbar stays on screen at 800 px
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self.setToolTip("The model to chat with: switch with one click. Models… adds, downloads and removes them")
-        self._current = ""
+        self._current = ""  # a local target path, or "remote:<connection>:<model>"
         self._status = ""
         self.activated.connect(self._activated)
         self.refresh()
@@ -33,7 +38,7 @@ class ModelPicker(QComboBox):
     def refresh(self, current: str | None = None, status: str = "") -> None:
         """Rebuild the list; `current` is the loaded (or loading) target, `status` words for it."""
         if current is not None:
-            self._current = str(Path(current).resolve()) if current else ""
+            self._current = current if not current or current.startswith("remote:") else str(Path(current).resolve())
         self._status = status
         self.blockSignals(True)
         self.clear()
@@ -45,10 +50,23 @@ class ModelPicker(QComboBox):
             mark = "" if e.drafter else "  (no drafter)"
             self.addItem(e.name + mark, (e.target, e.drafter or ""))
             self.setItemData(self.count() - 1, f"{e.target}\n{e.drafter or 'no MTP drafter'}", 3)  # tooltip
+        from .connections import load_connections
+
+        for c in load_connections(self.settings) if self.settings is not None else []:
+            for m in c.models:
+                # llama-server names a model by its file path unless started with --alias
+                shown = Path(m).name if m.endswith(".gguf") else m
+                self.addItem(f"{shown} — {c.name}", (f"remote:{c.name}:{m}", ""))
+                self.setItemData(self.count() - 1, f"{m} on {c.url} ({c.engine or 'server'})", 3)
+        if cur.startswith("remote:") and not any(isinstance(self.itemData(i), tuple) and self.itemData(i)[0] == cur
+                                                 for i in range(self.count())):
+            _, conn, model = cur.split(":", 2)
+            self.addItem(f"{Path(model).name if model.endswith('.gguf') else model} — {conn}", (cur, ""))
         if self.count() == 0:
             self.addItem("No model — choose one…", None)
         self.insertSeparator(self.count())
         self.addItem("Models…", MANAGE)
+        self.addItem("Connect to a server…", CONNECT)
         idx = next((i for i in range(self.count()) if isinstance(self.itemData(i), tuple)
                     and self.itemData(i)[0] == cur), 0)
         self.setCurrentIndex(idx)
@@ -58,8 +76,12 @@ class ModelPicker(QComboBox):
 
     def _activated(self, index: int) -> None:
         data = self.itemData(index)
-        if data == MANAGE or data is None:
+        if data in (MANAGE, CONNECT) or data is None:
             self.refresh()  # back to the loaded model while the page is open
-            self.manage.emit()
+            (self.connect_requested if data == CONNECT else self.manage).emit()
         elif isinstance(data, tuple) and data[0] != self._current:
-            self.chosen.emit(data[0], data[1])
+            if data[0].startswith("remote:"):
+                _, conn, model = data[0].split(":", 2)
+                self.remote_chosen.emit(conn, model)
+            else:
+                self.chosen.emit(data[0], data[1])

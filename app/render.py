@@ -86,5 +86,8 @@ def render_origins(doc: QTextDocument, origins: list, dark: bool = False) -> Non
     parts = []
     for text, was_drafted in origins:
         t = html.escape(for_display(text)).replace("\n", "<br>")
-        parts.append(f'<span style="background:{drafted if was_drafted else target}">{t}</span>')
+        if was_drafted is None:  # a server does not say which tokens its drafter wrote: no tint
+            parts.append(f"<span>{t}</span>")
+        else:
+            parts.append(f'<span style="background:{drafted if was_drafted else target}">{t}</span>')
     doc.setHtml('<p style="white-space:pre-wrap">' + "".join(parts) + "</p>")

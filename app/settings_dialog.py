@@ -75,10 +75,19 @@ class SettingsDialog(QDialog):
         self.theme.addItems(["system", "light", "dark"])
         self.theme.setCurrentText(settings["theme"])
         form.addRow("Theme", self.theme)
+        conns = QPushButton("Connections…")
+        conns.setToolTip("Servers (llama-server, vLLM, …) that run Gemma 4 for you; their models join the picker")
+        conns.clicked.connect(self._connections)
+        form.addRow("Servers", conns)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _connections(self) -> None:
+        from .connections import ConnectionsDialog
+
+        ConnectionsDialog(self.settings, self).exec()
 
     def _browse(self, edit: QLineEdit, title: str):
         path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), "GGUF models (*.gguf)")

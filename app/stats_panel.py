@@ -206,7 +206,9 @@ class StatsBar(QWidget):
 
     def _set_k(self, s: dict) -> None:
         lab, _ = self.labels["k"]
-        if s.get("mode") != "mtp":
+        if s.get("draft_max") == "server":  # a server: its draft length was set when it started
+            lab.setText("k: set by the server" if s.get("drafts_reported") else "drafts: not reported")
+        elif s.get("mode") != "mtp":
             lab.setText("k: –" if s.get("mode") is None else "MTP off")
         elif s.get("draft_max") != "auto":
             lab.setText(f"k: {s.get('draft_max')}")
@@ -238,7 +240,9 @@ class StatsBar(QWidget):
         self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
         self._set("prefill", f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–")
         ar = s.get("acceptance_rate")
-        self._set("accept", f"{ar * 100:.0f} %" if ar is not None else ("off" if s.get("mode") == "baseline" else "–"))
+        self._set("accept", f"{ar * 100:.0f} %" if ar is not None else
+                  "off" if s.get("mode") == "baseline" else
+                  "not reported" if s.get("drafts_reported") is False and s.get("mode") == "remote" else "–")
         self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
         self._set_k(s)
         if self.charts.isHidden():

@@ -11,11 +11,11 @@ from .model_picker import ModelPicker
 
 
 class ChatToolbar(QWidget):
-    def __init__(self, library: Library, parent=None):
+    def __init__(self, library: Library, settings=None, parent=None):
         super().__init__(parent)
         bar = QHBoxLayout(self)
         bar.setContentsMargins(0, 0, 0, 0)
-        self.picker = ModelPicker(library)
+        self.picker = ModelPicker(library, settings)
         self.mtp_switch = QCheckBox("MTP")
         self.mtp_switch.setObjectName("mtpSwitch")
         self.draft_spin = QSpinBox()

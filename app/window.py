@@ -65,7 +65,10 @@ class MainWindow(QMainWindow):
             self.open_conversation(convs[0].id)
         else:
             self.new_conversation()
-        if self.settings.get("target"):
+        remote = self.settings.get("remote") or {}
+        if isinstance(remote, dict) and remote.get("connection"):
+            self.load_remote(str(remote["connection"]), str(remote.get("model") or ""))
+        elif self.settings.get("target"):
             self.load_models(self.settings["target"], self.settings.get("drafter") or "")
         else:
             self._set_model_label(None)
@@ -89,12 +92,14 @@ class MainWindow(QMainWindow):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(6, 6, 6, 6)
-        self.toolbar = ChatToolbar(self.library)
+        self.toolbar = ChatToolbar(self.library, self.settings)
         tb = self.toolbar
         self.picker, self.mtp_switch, self.draft_spin, self.think_switch = tb.picker, tb.mtp_switch, tb.draft_spin, tb.think_switch
         self.compare_btn, self.help_btn, self.settings_btn = tb.compare_btn, tb.help_btn, tb.settings_btn
         self.picker.chosen.connect(self.load_models)
         self.picker.manage.connect(self.open_models)
+        self.picker.remote_chosen.connect(self.load_remote)
+        self.picker.connect_requested.connect(self.open_connections)
         self.mtp_switch.toggled.connect(self._chat_settings_changed)
         self.draft_spin.valueChanged.connect(self._chat_settings_changed)
         self.think_switch.toggled.connect(self._chat_settings_changed)
@@ -154,6 +159,7 @@ class MainWindow(QMainWindow):
         for text, slot, key in (("New chat", self.new_conversation, QKeySequence.New),
                                 ("Models…", self.open_models, QKeySequence.Open),
                                 ("Import GGUF…", self.import_model, None),
+                                ("Connections…", self.open_connections, None),
                                 ("Export chat as Markdown…", lambda: self.export("md"), None),
                                 ("Export chat as JSON…", lambda: self.export("json"), None),
                                 ("Settings…", self.open_settings, QKeySequence.Preferences),
@@ -267,30 +273,58 @@ class MainWindow(QMainWindow):
         return True
 
     def load_models(self, target: str, drafter: str = ""):
+        self._begin_load(target, "loading…")
+        spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
+        spec.update(target=target, drafter=drafter)
+        self._load.emit(spec)
+
+    def load_remote(self, connection: str, model: str = "") -> None:
+        """Chat through a server connection (its API key comes from the keyring, never settings)."""
+        from .connections import find_connection, get_api_key
+
+        conn = find_connection(self.settings, connection)
+        if conn is None:
+            self.statusBar().showMessage(f"No connection named {connection!r}", 5000)
+            self._set_model_label(None)
+            return
+        self._begin_load(f"remote:{conn.name}:{model}", "connecting…")
+        self._load.emit({"server": conn.url, "baseline_server": conn.baseline_url, "api_key": get_api_key(conn.name),
+                         "model": model, "connection": conn.name})
+
+    def _begin_load(self, current: str, status: str) -> None:
         if self._active:
             self.stop()
         self.model_info = None
         self._mtp_limit_said = False  # a new model: its costs are measured anew
         self.mtp_banner.hide()
         self._update_controls()
-        self.picker.refresh(current=target, status="loading…")
-        self.statusBar().showMessage("Loading model…")
-        spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
-        spec.update(target=target, drafter=drafter)
-        self._load.emit(spec)
+        self.picker.refresh(current=current, status=status)
+        self.statusBar().showMessage("Connecting…" if status == "connecting…" else "Loading model…")
+
+    def open_connections(self) -> None:
+        from .connections import ConnectionsDialog
+
+        ConnectionsDialog(self.settings, self).exec()
+        self.picker.refresh()
 
     def _on_load_progress(self, label, frac):
         self.statusBar().showMessage(f"Loading {label}… {frac * 100:.0f} %")
 
     def _on_loaded(self, info):
         self.model_info = info
-        self.settings["target"], self.settings["drafter"] = info["target"], info["drafter"]
+        if info.get("remote"):
+            self.settings["remote"] = {"connection": info["remote"]["connection"], "model": info["remote"]["model"]}
+        else:
+            self.settings["target"], self.settings["drafter"] = info["target"], info["drafter"]
+            self.settings["remote"] = None
+            if self.library.find(info["target"]) is None:  # loaded from an older setting: list it
+                self.library.add(Path(info["target"]).stem, info["target"], info["drafter"] or None, "import")
+            self.library.touch(info["target"])
         self.settings.save()
-        if self.library.find(info["target"]) is None:  # loaded from an older setting: list it
-            self.library.add(Path(info["target"]).stem, info["target"], info["drafter"] or None, "import")
-        self.library.touch(info["target"])
         self._set_model_label(info)
-        self.statusBar().showMessage(f"Loaded {info['target_name']} (context {info['n_ctx']} tokens)", 5000)
+        where = f" on {info['engine']} at {info['remote']['server']}" if info.get("remote") else ""
+        ctx = f"context {info['n_ctx']} tokens" if info["n_ctx"] else "context set by the server"
+        self.statusBar().showMessage(f"Loaded {info['target_name']}{where} ({ctx})", 5000)
         self._update_controls()
         self._count_context()
 
@@ -306,6 +340,11 @@ class MainWindow(QMainWindow):
         if not info:
             self.picker.refresh(current="", status="")
             return
+        if info.get("remote"):
+            r = info["remote"]
+            self.picker.refresh(current=f"remote:{r['connection']}:{r['model']}", status=info["engine"])
+            self.picker.setToolTip(f"{r['model']} on {info['engine']} at {r['server']}. Switch with one click")
+            return
         self.picker.refresh(current=info["target"], status="" if info["drafter_name"] else "no drafter")
         d = f" + {info['drafter_name']}" if info["drafter_name"] else " (no MTP drafter)"
         self.picker.setToolTip(f"{info['target_name']}{d}. Switch with one click; Models… to add or remove")
@@ -314,14 +353,23 @@ class MainWindow(QMainWindow):
         loaded = self.model_info is not None
         busy = self._active is not None
         has_mtp = bool(loaded and self.model_info["has_mtp"])
-        self.mtp_switch.setEnabled(has_mtp)
-        self.draft_spin.setEnabled(has_mtp and self.mtp_switch.isChecked())
-        if loaded and not has_mtp:
+        remote = bool(loaded and self.model_info.get("remote"))
+        self.mtp_switch.setEnabled(has_mtp and not remote)
+        self.draft_spin.setEnabled(has_mtp and not remote and self.mtp_switch.isChecked())
+        if remote:
+            self.mtp_switch.setToolTip(f"{self.model_info['engine']} decides about drafting when it starts, not per "
+                                       "request" + (f": {self.model_info['mtp_reason']}" if self.model_info["mtp_reason"]
+                                                    else ": it drafts"))
+        elif loaded and not has_mtp:
             self.mtp_switch.setToolTip(f"MTP unavailable: {self.model_info['mtp_reason']}")
         else:
             self.mtp_switch.setToolTip("MTP: a small drafter guesses the next few words and the model checks them "
                                        "all in one pass. Same answer, often faster. Help → How MTP works")
-        self.compare_btn.setEnabled(loaded and has_mtp and not busy)
+        can_compare = bool(loaded and (self.model_info.get("has_baseline") if remote else has_mtp))
+        self.compare_btn.setEnabled(can_compare and not busy)
+        self.compare_btn.setToolTip(self.model_info.get("baseline_note") if remote and not can_compare else
+                                    "Send the prompt in the input box twice: baseline, then MTP, and compare"
+                                    + (" (the baseline on the connection's baseline server)" if remote else ""))
         self.picker.setEnabled(not busy)
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or loaded)
@@ -381,8 +429,14 @@ class MainWindow(QMainWindow):
             self._count.emit(self.conversation_id, self._history(), self.think_switch.isChecked())
 
     def _on_counted(self, cid: int, used: int, n_ctx: int) -> None:
-        if cid == self.conversation_id:
-            self._show_context(used, n_ctx)
+        if cid != self.conversation_id:
+            return
+        if used < 0:  # a server: it applies the template and counts
+            self.context_label.setText(f"context: counted by the server ({n_ctx:,} tokens)" if n_ctx
+                                       else "context: counted by the server")
+            self.context_label.setStyleSheet("")
+            return
+        self._show_context(used, n_ctx)
 
     def _show_context(self, used: int, n_ctx: int) -> None:
         """The context meter: tokens in use of the context size, amber past 80 %."""
@@ -621,7 +675,7 @@ class MainWindow(QMainWindow):
         if not text:
             ws = [w for w in self._message_widgets() if w.role == "user"]
             text = ws[-1].text if ws else ""
-        if not text or self._active or not (self.model_info and self.model_info["has_mtp"]):
+        if not text or self._active or not self.compare_btn.isEnabled():
             if not text:
                 self.statusBar().showMessage("Type a prompt to compare first", 4000)
             return
@@ -653,6 +707,8 @@ class MainWindow(QMainWindow):
         self._update_controls()
         # fresh cache for each run, so both pay the same prefill; same seed for sampling
         cfg = self._gen_config(use_mtp=use_mtp, fresh=True, seed=1234)
+        if self.model_info.get("remote") and not use_mtp:
+            cfg["backend"] = "baseline"  # servers cannot switch drafting off: the baseline server runs it
         self._generate.emit(self._rid, self._compare_msgs, cfg)
 
     # ---- worker signals --------------------------------------------------------------
@@ -687,6 +743,7 @@ class MainWindow(QMainWindow):
             self._update_controls()
             self._next_compare()
             return
+        self._learn_drafting(result["stats"])
         w = a["widget"]
         answer, thinking, origins = result["answer"], result["thinking"], result["origins"]
         if a["cont"]:  # a continued reply: what was there, then what was added
@@ -698,6 +755,18 @@ class MainWindow(QMainWindow):
         self._update_controls()
         self._mark_last()
         self._count_context()
+
+    def _learn_drafting(self, stats: dict) -> None:
+        """A server shows whether it drafts with its replies: the MTP switch follows."""
+        info = self.model_info
+        if not (info and info.get("remote") and stats.get("drafts_reported")):
+            return
+        info["has_mtp"] = stats.get("mode") == "mtp"
+        info["mtp_reason"] = "" if info["has_mtp"] else f"{info['engine']} reports no drafting"
+        self.mtp_switch.blockSignals(True)
+        self.mtp_switch.setChecked(info["has_mtp"])
+        self.mtp_switch.blockSignals(False)
+        self._update_controls()
 
     def _show_mtp_limit(self, result: dict) -> None:
         """Once per loaded model: where measurements show MTP cannot be faster here."""

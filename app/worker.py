@@ -1,4 +1,5 @@
-"""The engine thread: one QObject living in a QThread owns the Engine.
+"""The engine thread: one QObject living in a QThread owns the backend — the local llama.cpp
+Engine, or a remote server (with, for Compare, a second one serving the model without a drafter).
 
 The GUI talks to it only through queued signals (and `cancel()`, which only sets a
 thread-safe flag in the engine). Token updates are coalesced to about 15 per second so the
@@ -39,7 +40,8 @@ class EngineWorker(QObject):
 
     def __init__(self):
         super().__init__()
-        self.engine = None
+        self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
+        self.baseline = None  # remote only: the same model served without a drafter, for Compare
         self._closing = False
         self._stopped_rid = 0  # requests up to this id were stopped by the user
 
@@ -49,9 +51,9 @@ class EngineWorker(QObject):
         request id is remembered, because starting a generation clears the engine's flag."""
         if rid is not None:
             self._stopped_rid = max(self._stopped_rid, rid)
-        e = self.engine
-        if e is not None:
-            e.cancel()
+        for e in (self.engine, self.baseline):
+            if e is not None:
+                e.cancel()
 
     def request_close(self) -> None:
         self._closing = True
@@ -61,6 +63,9 @@ class EngineWorker(QObject):
     @Slot(dict)
     def load(self, spec: dict) -> None:
         self._unload()
+        if spec.get("server"):
+            self._load_remote(spec)
+            return
         try:
             opts = LoadOptions(
                 n_ctx=int(spec.get("n_ctx", 4096)), n_threads=int(spec.get("threads", 0)),
@@ -83,12 +88,36 @@ class EngineWorker(QObject):
             "target": str(rt.target_info.path), "drafter": str(rt.drafter_info.path) if rt.drafter_info else "",
             "target_name": rt.target_info.path.name,
             "drafter_name": rt.drafter_info.path.name if rt.drafter_info else "",
-            "n_ctx": self.engine.n_ctx, "has_mtp": self.engine.has_mtp,
-            "mtp_reason": "" if self.engine.has_mtp else (
-                "no drafter loaded" if rt.target_info.is_gemma4_target
-                else f"{rt.target_info.arch} models have no MTP drafter"),
+            "n_ctx": self.engine.n_ctx, "has_mtp": self.engine.has_mtp, "mtp_reason": self.engine.mtp_reason,
+            "remote": None, "engine": "llama.cpp", "can_switch_mtp": True, "has_baseline": self.engine.has_mtp,
         })
 
+    def _load_remote(self, spec: dict) -> None:
+        """Connect to a server (and its baseline server, when there is one)."""
+        from engine.backends.remote import RemoteBackend
+
+        try:
+            self.load_progress.emit(spec["server"], 0.0)
+            self.engine = RemoteBackend(spec["server"], spec.get("api_key") or None, spec.get("model") or None)
+        except Exception as e:
+            self.load_failed.emit(str(e) if isinstance(e, TandemError) else f"{type(e).__name__}: {e}")
+            return
+        e, baseline_note = self.engine, ""
+        if spec.get("baseline_server"):
+            try:
+                self.baseline = RemoteBackend(spec["baseline_server"], spec.get("api_key") or None, e.model)
+            except TandemError as err:
+                baseline_note = f"the baseline server is not available: {err}"
+        self.loaded.emit({
+            "target": "", "drafter": "", "target_name": e.model, "drafter_name": "",
+            "n_ctx": e.n_ctx or 0, "has_mtp": bool(e.has_mtp), "mtp_reason": e.mtp_reason,
+            "remote": {"connection": spec.get("connection", ""), "model": e.model, "server": e.base_url},
+            "engine": e.engine_name, "can_switch_mtp": False, "has_baseline": self.baseline is not None,
+            "baseline_note": baseline_note or ("" if self.baseline else
+                                               "Compare needs a baseline server: the same model served without "
+                                               "a drafter (servers cannot switch drafting per request). Add its "
+                                               "address to this connection in Settings → Connections."),
+        })
     @Slot(int, list, dict)
     def generate(self, rid: int, messages: list, cfg: dict) -> None:
         if self.engine is None:
@@ -100,7 +129,10 @@ class EngineWorker(QObject):
         if stopped():
             self.failed.emit(rid, "cancelled", "")
             return
-        e = self.engine
+        e = self.baseline if cfg.get("backend") == "baseline" else self.engine
+        if e is None:
+            self.failed.emit(rid, "error", "No baseline server is connected.")
+            return
         try:
             sp = SamplingParams(temperature=float(cfg.get("temperature", 0.0)), top_k=int(cfg.get("top_k", 64)),
                                 top_p=float(cfg.get("top_p", 0.95)), min_p=float(cfg.get("min_p", 0.0)),
@@ -154,7 +186,7 @@ class EngineWorker(QObject):
             "timeline": timeline, "stats": self._live(stats) if stats else {},
             "finish_reason": stats.finish_reason if stats else "error",
             "usual_tps": usual_tps,
-            **(self._mtp_limit() if stats and stats.mode == "mtp" else {}),
+            **(self._mtp_limit() if stats and stats.mode == "mtp" and e.kind == "local" else {}),
         })
 
     @Slot(int, list, bool)
@@ -163,10 +195,10 @@ class EngineWorker(QObject):
         if self.engine is None or self._closing:
             return
         try:
-            n = len(self.engine.format_chat(messages, thinking)) if messages else 0
+            n = self.engine.count_tokens(messages, thinking)
         except TandemError:
             return  # the meter stays as it was; sending will report the problem
-        self.counted.emit(cid, n, self.engine.n_ctx)
+        self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)  # -1: the server counts
 
     @staticmethod
     def _live(stats) -> dict:
@@ -177,7 +209,8 @@ class EngineWorker(QObject):
     def _usual_tps(self) -> float | None:
         """Plain decoding speed this machine usually reaches with this model (the median of
         recent one-token steps), to tell a busy machine from a real difference."""
-        one = self.engine.costs.batch_cost(1)
+        costs = getattr(self.engine, "costs", None)  # measured locally only
+        one = costs.batch_cost(1) if costs is not None else None
         return 1.0 / one if one else None
 
     def _mtp_limit(self) -> dict:
@@ -196,6 +229,9 @@ class EngineWorker(QObject):
         self._unload()
 
     def _unload(self) -> None:
+        if self.baseline is not None:
+            self.baseline.close()
+            self.baseline = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None

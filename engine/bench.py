@@ -84,7 +84,8 @@ class Aggregate:
         return out
 
     def stats(self) -> dict:
-        s = GenerationStats(mode=self.mode, draft_max=self.draft_max)
+        s = GenerationStats(mode=self.mode, draft_max=self.draft_max,
+                            engine=self.runs[0].engine if self.runs else "llama.cpp")
         for name in ("prompt_tokens", "prefill_tokens", "prefill_s", "ttft_s", "decode_s",
                      "generated_tokens", "steps", "draft_tokens", "accepted_tokens", "llama_s",
                      "draft_llama_s", "undrafted_steps"):
@@ -194,3 +195,41 @@ def format_table(res: dict) -> str:
                  "measured decode, verify and draft-step costs with no Python overhead; "
                  "py: share of decode time outside llama.cpp; tok/step: tokens per verify step.")
     return "\n".join(lines)
+
+
+def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, progress=None) -> dict:
+    """The same comparison against servers: `base` serves the model without a drafter, `mtp`
+    with one. Greedy; outputs are compared as text (servers do not return token ids)."""
+    chats = [p["messages"] if "messages" in p else [{"role": "user", "content": p["prompt"]}] for p in prompts]
+
+    def run(backend, msgs, n):
+        text, ev = [], None
+        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0)):
+            text.append(ev.answer)
+        return "".join(text), ev.stats
+
+    for b in (base, mtp):  # warm-up: the first request pays for allocations, not counted
+        run(b, chats[0], 8)
+    base_agg, mtp_agg, base_text = Aggregate("baseline"), Aggregate("mtp", "server"), []
+    for i, msgs in enumerate(chats):
+        text, s = run(base, msgs, max_tokens)
+        base_agg.runs.append(s)
+        base_text.append(text)
+        if progress:
+            progress(f"baseline {i + 1}/{len(chats)}")
+    for i, msgs in enumerate(chats):
+        text, s = run(mtp, msgs, max_tokens)
+        mtp_agg.runs.append(s)
+        if text == base_text[i]:
+            mtp_agg.identical += 1
+        else:
+            mtp_agg.mismatches += 1  # no logits from a server: a near-tie cannot be told apart here
+        if progress:
+            progress(f"mtp {i + 1}/{len(chats)}")
+    b, d = base_agg.stats(), mtp_agg.stats()
+    d["speedup"] = (d["decode_tps"] / b["decode_tps"]) if d["decode_tps"] and b["decode_tps"] else None
+    d.update(identical=mtp_agg.identical, near_ties=0, mismatches=mtp_agg.mismatches)
+    if not all(r.drafts_reported for r in mtp_agg.runs):
+        for k in ("acceptance_rate", "mean_accepted_length", "draft_tokens", "accepted_tokens"):
+            d[k] = None  # the server did not say: unknown, not zero
+    return {"baseline": b, "mtp": [d], "engine": mtp.engine_name, "baseline_engine": base.engine_name}

@@ -43,7 +43,11 @@ def _draft_length(s):
 
 
 def _add_load_args(p):
-    p.add_argument("--model", "-m", required=True, help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline)")
+    p.add_argument("--model", "-m", help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline); "
+                   "with --server, the served model's name (optional when the server serves one)")
+    p.add_argument("--server", metavar="URL", help="decode on an OpenAI-compatible server (llama-server, vLLM, "
+                   "SGLang, Ollama), e.g. http://127.0.0.1:8080/v1; Tandem streams and measures")
+    p.add_argument("--api-key", help="the server's API key (default: $TANDEM_API_KEY)")
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
     p.add_argument("--ctx", type=_positive(), default=4096, help="context size in tokens (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
@@ -87,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--draft-max", type=_draft_length, nargs="+", default=["auto", 1, 2, 3, 4],
                    help="draft lengths to compare with baseline, 'auto' among them (default auto 1 2 3 4)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    b.add_argument("--baseline-server", metavar="URL", help="with --server: the same model served without a "
+                   "drafter, the baseline to compare with")
 
     mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
     msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
@@ -107,9 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _remote(url, args, model=None):
+    import os
+
+    from .backends.remote import RemoteBackend
+
+    return RemoteBackend(url, args.api_key or os.environ.get("TANDEM_API_KEY"), model)
+
+
 def _load(args):
     from .engine import Engine
     from .runtime import LoadOptions
+
+    if args.server:
+        if args.drafter:
+            raise ValueError("--drafter is for local models; a server's drafter is set when the server starts")
+        return _remote(args.server, args, args.model)
+    if not args.model:
+        raise ValueError("--model is required: a GGUF file (or --server URL to use a server)")
 
     opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads, target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
@@ -124,6 +145,8 @@ def cmd_generate(args) -> int:
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
     sp.validate()
+    if args.server:
+        return _generate_remote(args, sp)
     engine = _load(args)
     try:
         if not args.no_mtp and not engine.has_mtp and not args.json:
@@ -148,7 +171,7 @@ def cmd_generate(args) -> int:
         if args.json:
             print(json.dumps({"text": res.answer, "thinking": res.thinking, "tokens": res.tokens,
                               "drafted": res.drafted, "finish_reason": res.finish_reason,
-                              "stats": res.stats.to_dict()}))
+                              "stats": res.stats.to_dict(), "engine": engine.engine_name}))
         else:
             sys.stdout.write("\n")
             print(f"[{res.stats.footer()} · finish: {res.finish_reason}]", file=sys.stderr)
@@ -157,9 +180,46 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _generate_remote(args, sp) -> int:
+    """generate on a server: the same output (and JSON keys) as a local run, plus the engine."""
+    from .engine import GenerationConfig
+
+    if args.raw:
+        raise ValueError("--raw needs a local model: servers apply their own chat template")
+    if args.no_mtp:
+        raise ValueError("a server drafts or not as it was started: for a baseline, use a server started "
+                         "without a drafter")
+    backend = _load(args)
+    try:
+        msgs = ([{"role": "system", "content": args.system}] if args.system else [])
+        msgs.append({"role": "user", "content": args.prompt})
+        cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed)
+        answer, thinking, ev = [], [], None
+        for ev in backend.chat(msgs, cfg, enable_thinking=args.thinking):
+            answer.append(ev.answer)
+            thinking.append(ev.thinking)
+            if not args.json:
+                sys.stderr.write(ev.thinking)
+                sys.stdout.write(ev.answer)
+                sys.stdout.flush()
+        stats = ev.stats
+        if args.json:
+            print(json.dumps({"text": "".join(answer), "thinking": "".join(thinking), "tokens": [], "drafted": [],
+                              "finish_reason": stats.finish_reason, "stats": stats.to_dict(),
+                              "engine": backend.engine_name, "server": backend.base_url, "model": backend.model}))
+        else:
+            sys.stdout.write("\n")
+            print(f"[{stats.footer()} · finish: {stats.finish_reason}]", file=sys.stderr)
+    finally:
+        backend.close()
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .bench import format_table, load_prompts, run_bench
 
+    if args.server:
+        return _bench_remote(args)
     if not args.drafter:
         raise ValueError("bench compares baseline with MTP and needs --drafter")
     prompts = load_prompts(args.prompts)
@@ -186,6 +246,36 @@ def cmd_bench(args) -> int:
                 json.dump(res, f, indent=2)
     finally:
         engine.close()
+    return 0
+
+
+def _bench_remote(args) -> int:
+    """bench on servers: the MTP server (--server) against the same model served without a
+    drafter (--baseline-server), since servers choose speculation per server."""
+    from .bench import format_table, load_prompts, run_remote_bench
+
+    if not args.baseline_server:
+        raise ValueError("bench on a server needs --baseline-server URL: the same model served without a "
+                         "drafter (servers cannot switch drafting per request)")
+    prompts = load_prompts(args.prompts)
+    mtp = _load(args)
+    try:
+        base = _remote(args.baseline_server, args, args.model or mtp.model)
+        try:
+            print(f"MTP      {mtp.engine_name} at {mtp.base_url}, model {mtp.model}\n"
+                  f"baseline {base.engine_name} at {base.base_url}, model {base.model}\n"
+                  f"{len(prompts)} prompts, max {args.max_tokens} tokens, greedy\n", flush=True)
+            res = run_remote_bench(mtp, base, prompts, args.max_tokens,
+                                   progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True))
+            print("\r", end="", file=sys.stderr)
+            print(format_table(res))
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump(res, f, indent=2)
+        finally:
+            base.close()
+    finally:
+        mtp.close()
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .backends.base import Backend
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, MTPUnavailableError
 from .llama import lib
@@ -80,7 +81,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-class Engine:
+class Engine(Backend):
+    """The local backend: llama.cpp in this process, baseline and MTP decoding (Tandem's loop)."""
+
+    kind = "local"
+    engine_name = "llama.cpp"
+
     def __init__(self, runtime: Runtime):
         self.rt = runtime
         self._cached: list[int] = []  # tokens whose K/V are in the target cache, in order
@@ -116,6 +122,20 @@ class Engine:
     @property
     def n_ctx(self) -> int:
         return self.rt.n_ctx
+
+    @property
+    def mtp_reason(self) -> str:
+        if self.has_mtp:
+            return ""
+        info = self.rt.target_info
+        return "no drafter loaded" if info.is_gemma4_target else f"{info.arch} models have no MTP drafter"
+
+    def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int:
+        return len(self.format_chat(messages, enable_thinking)) if messages else 0
+
+    def describe(self) -> dict:
+        return {"engine": self.engine_name, "target": str(self.rt.target_info.path),
+                "drafter": str(self.rt.drafter_info.path) if self.rt.drafter_info else ""}
 
     def cancel(self) -> None:
         """Ask a running generation (on another thread) to stop after its current step."""

@@ -38,6 +38,8 @@ class GenerationStats:
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    engine: str = "llama.cpp"  # what decoded: llama.cpp in this process, or a server (llama-server, vllm, ...)
+    drafts_reported: bool = True  # False: a server that does not say what its drafter did
 
     def count_positions(self, k: int, n_acc: int) -> None:
         while len(self.drafted_at) < k:
@@ -58,7 +60,7 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens and self.drafts_reported else None
 
     @property
     def mean_accepted_length(self) -> float | None:
@@ -76,6 +78,8 @@ class GenerationStats:
 
     @property
     def python_share(self) -> float | None:
+        if self.engine != "llama.cpp":
+            return None  # a server's decode calls are not timed here
         return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else None
 
     def to_dict(self) -> dict:
@@ -101,10 +105,14 @@ class GenerationStats:
             "paused": self.paused,
             "python_share": self.python_share,
             "finish_reason": self.finish_reason,
+            "engine": self.engine,
+            "drafts_reported": self.drafts_reported,
         }
 
     def k_label(self) -> str:
         """'MTP k=3', or for auto the mean length used and the steps taken without drafting."""
+        if self.draft_max == "server":
+            return "MTP (server's draft length)"
         if self.draft_max != "auto":
             return f"MTP k={self.draft_max}"
         if not self.steps:
@@ -120,7 +128,9 @@ class GenerationStats:
         if self.decode_tps is not None:
             parts.append(f"{self.decode_tps:.1f} tok/s")
         parts.append(f"TTFT {self.ttft_s:.2f} s")
-        if self.mode == "mtp":
+        if not self.drafts_reported:
+            parts.append(f"drafts not reported by {self.engine}")
+        elif self.mode == "mtp":
             if self.acceptance_rate is not None:
                 parts.append(f"{self.acceptance_rate * 100:.0f} % accepted")
             if self.mean_accepted_length is not None:
@@ -128,4 +138,6 @@ class GenerationStats:
             parts.append(self.k_label())
         else:
             parts.append("baseline")
+        if self.engine != "llama.cpp":
+            parts.append(f"on {self.engine}")
         return " · ".join(parts)

@@ -18,7 +18,7 @@ from .chat import CHANNEL_CLOSE, CHANNEL_OPEN, ChannelSplitter
 class TokenPiece:
     id: int
     text: str  # visible text this token added (may be "" mid UTF-8 character)
-    drafted: bool  # True: proposed by the drafter and accepted by the target
+    drafted: bool | None  # True: proposed by the drafter and accepted by the target; None: not known (a server)
     channel: str  # "answer", "thinking" or "control"
 
 

