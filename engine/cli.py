@@ -168,16 +168,21 @@ def cmd_generate(args) -> int:
                 sys.stdout.flush()
 
         res = engine.run(prompt, cfg, on_event=stream)
-        if args.json:
-            print(json.dumps({"text": res.answer, "thinking": res.thinking, "tokens": res.tokens,
-                              "drafted": res.drafted, "finish_reason": res.finish_reason,
-                              "stats": res.stats.to_dict(), "engine": engine.engine_name}))
-        else:
-            sys.stdout.write("\n")
-            print(f"[{res.stats.footer()} · finish: {res.finish_reason}]", file=sys.stderr)
+        _print_result(args, res.answer, res.thinking, res.stats, tokens=res.tokens, drafted=res.drafted,
+                      engine=engine.engine_name)
     finally:
         engine.close()
     return 0
+
+
+def _print_result(args, text: str, thinking: str, stats, **extra) -> None:
+    """The end of `generate`: one JSON object, or the footer line after the streamed text."""
+    if args.json:
+        print(json.dumps({"text": text, "thinking": thinking, **{k: extra.pop(k) for k in ("tokens", "drafted")},
+                          "finish_reason": stats.finish_reason, "stats": stats.to_dict(), **extra}))
+    else:
+        sys.stdout.write("\n")
+        print(f"[{stats.footer()} · finish: {stats.finish_reason}]", file=sys.stderr)
 
 
 def _generate_remote(args, sp) -> int:
@@ -202,14 +207,8 @@ def _generate_remote(args, sp) -> int:
                 sys.stderr.write(ev.thinking)
                 sys.stdout.write(ev.answer)
                 sys.stdout.flush()
-        stats = ev.stats
-        if args.json:
-            print(json.dumps({"text": "".join(answer), "thinking": "".join(thinking), "tokens": [], "drafted": [],
-                              "finish_reason": stats.finish_reason, "stats": stats.to_dict(),
-                              "engine": backend.engine_name, "server": backend.base_url, "model": backend.model}))
-        else:
-            sys.stdout.write("\n")
-            print(f"[{stats.footer()} · finish: {stats.finish_reason}]", file=sys.stderr)
+        _print_result(args, "".join(answer), "".join(thinking), ev.stats, tokens=[], drafted=[],
+                      engine=backend.engine_name, server=backend.base_url, model=backend.model)
     finally:
         backend.close()
     return 0

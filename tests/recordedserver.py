@@ -19,10 +19,12 @@ def _chunk(model, delta, finish=None, **extra):
 
 
 class RecordedServer:
-    """kind: "vllm" (per-request spec metrics + /metrics) or "ollama" (no draft statistics)."""
+    """kind: "vllm" (per-request spec metrics + /metrics) or "ollama" (no draft statistics);
+    `stall_s`: how long the server says nothing before its first chunk (a slow server)."""
 
-    def __init__(self, kind: str = "vllm", model: str = "google/gemma-4-31B-it", api_key: str | None = None):
-        self.kind, self.model, self.api_key = kind, model, api_key
+    def __init__(self, kind: str = "vllm", model: str = "google/gemma-4-31B-it", api_key: str | None = None,
+                 stall_s: float = 0.0):
+        self.kind, self.model, self.api_key, self.stall_s = kind, model, api_key, stall_s
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0, 0, 0, 0]}
         self.requests: list[dict] = []
         owner = self
@@ -88,6 +90,8 @@ class RecordedServer:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.end_headers()
+                self.wfile.flush()
+                time.sleep(owner.stall_s)
                 n = min(int(body.get("max_tokens") or 10), len(WORDS))
                 events = [_chunk(owner.model, {"role": "assistant", "content": ""})]
                 events += [_chunk(owner.model, {"content": w}) for w in WORDS[:n]]
@@ -115,6 +119,7 @@ class RecordedServer:
                 self.wfile.flush()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True  # a stalled reply must not hold up the test's end
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 

@@ -173,3 +173,17 @@ def test_cli_bench_against_two_servers(tmp_path):
     finally:
         mtp.stop()
         base.stop()
+
+
+def test_stop_is_immediate_while_a_slow_server_says_nothing():
+    srv = RecordedServer("ollama", model="m", stall_s=30)
+    try:
+        b = RemoteBackend(srv.url)
+        events = b.chat(MSGS, GenerationConfig(max_tokens=5))
+        threading.Timer(0.3, b.cancel).start()
+        t = time.perf_counter()
+        last = list(events)[-1]
+        assert last.finish_reason == "cancelled" and time.perf_counter() - t < 2.0
+        b.close()
+    finally:
+        srv.stop()

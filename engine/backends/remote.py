@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2 as httpx  # the HTTP client the openai SDK is built on (httpx's maintained successor)
@@ -235,9 +235,12 @@ class RemoteBackend(Backend):
 
     def _counters(self) -> SpecCounters | None:
         """The server's speculative-decoding counters now (None: no /metrics, or none there)."""
+        if getattr(self, "_no_metrics", False):
+            return None
         try:
             with self.http.stream("GET", f"{_root(self.base_url)}/metrics") as r:
                 if r.status_code != 200:
+                    self._no_metrics = r.status_code == 404  # not served: not asked again
                     return None
                 body = b""
                 for chunk in r.iter_bytes():
@@ -301,7 +304,7 @@ class RemoteBackend(Backend):
     def _events(self, stream, before: SpecCounters | None, t0: float, should_stop) -> Iterator:
         from ..engine import GenerationEvent
 
-        chunks: queue.Queue = queue.Queue(maxsize=4096)
+        chunks: queue.Queue = queue.Queue()  # unbounded: a reader never blocks on a consumer that stopped
         done = object()
 
         def read():  # in its own thread: a blocked read never delays Stop
@@ -323,7 +326,6 @@ class RemoteBackend(Backend):
         try:
             while True:
                 if self._cancel.is_set() or (should_stop is not None and should_stop()):
-                    stream.close()  # ends the server's work on this request
                     finish = "cancelled"
                     break
                 try:
@@ -346,13 +348,11 @@ class RemoteBackend(Backend):
                     stats.ttft_s = now - t0
                 last = now
                 stats.decode_s = last - first
-                if not stats.generated_tokens or stats.generated_tokens < counted:
-                    stats.generated_tokens = max(stats.generated_tokens, counted)
+                stats.generated_tokens = max(stats.generated_tokens, counted)  # servers' own count wins
                 pieces = [TokenPiece(-1, t, None, ch) for t, ch in ((thinking, "thinking"), (answer, "answer")) if t]
                 yield GenerationEvent(pieces, answer, thinking, stats)
         finally:
-            if finish == "cancelled":
-                reader.join(timeout=0)
+            stream.close()  # also on Stop: closing the connection ends the server's work on this request
         stats.finish_reason = {"stop": "stop", "length": "length", "cancelled": "cancelled"}.get(finish, finish or "stop")
         self._counter_deltas(stats, before)
         if stats.drafts_reported:
