@@ -115,14 +115,23 @@ class ComparePage(QWidget):
         self.concluded = False
         self.queue: list[tuple[str, bool]] = []  # the runs still to do: (which, use_mtp)
 
-    def start(self, prompt: str, greedy: bool, draft_max: int | str):
+    def start(self, prompt: str, greedy: bool, draft_max: int | str, servers: tuple[str, str] | None = None):
+        """`servers`: (baseline server, MTP server) when a remote engine runs both."""
         self.greedy = greedy
         self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(prompt[:300]))}")
-        self.mtp.title.setText(f"<b>MTP (drafter on, k {draft_max})</b>" if draft_max == "auto"
-                               else f"<b>MTP (drafter on, k={draft_max})</b>")
+        if servers:
+            self.base.title.setText(f"<b>Baseline</b> (no drafter, {html.escape(servers[0])})")
+            self.mtp.title.setText(f"<b>MTP</b> (the server's drafter, {html.escape(servers[1])})")
+        else:
+            self.base.title.setText("<b>Baseline (no drafter)</b>")
+            self.mtp.title.setText(f"<b>MTP (drafter on, k {draft_max})</b>" if draft_max == "auto"
+                                   else f"<b>MTP (drafter on, k={draft_max})</b>")
         self.base.clear("running…")
         self.mtp.clear("waiting for the baseline run to finish…")
-        self.verdict.setText("Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
+        self.verdict.setText(
+            "Running the baseline server, then the MTP server (one at a time, so neither slows the other; servers "
+            "cannot switch drafting per request)." if servers else
+            "Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
         self.replay_btn.setEnabled(False)
         self.runs = {"baseline": [], "mtp": []}
         self.concluded = False

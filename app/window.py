@@ -681,7 +681,9 @@ class MainWindow(QMainWindow):
             return
         msgs = self._with_system([{"role": "user", "content": text}])
         self.stack.setCurrentIndex(1)
-        self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value() or "auto")
+        info = self.model_info
+        servers = (info.get("baseline_server", "baseline server"), info["remote"]["server"]) if info.get("remote") else None
+        self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value() or "auto", servers)
         self._compare_msgs = msgs
         self.stats_bar.reset()
         self._rid += 1  # marks the comparison as running until the first run starts

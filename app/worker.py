@@ -113,6 +113,7 @@ class EngineWorker(QObject):
             "n_ctx": e.n_ctx or 0, "has_mtp": bool(e.has_mtp), "mtp_reason": e.mtp_reason,
             "remote": {"connection": spec.get("connection", ""), "model": e.model, "server": e.base_url},
             "engine": e.engine_name, "can_switch_mtp": False, "has_baseline": self.baseline is not None,
+            "baseline_server": self.baseline.base_url if self.baseline else "",
             "baseline_note": baseline_note or ("" if self.baseline else
                                                "Compare needs a baseline server: the same model served without "
                                                "a drafter (servers cannot switch drafting per request). Add its "

@@ -59,6 +59,7 @@ def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, lla
         page = win.compare_page
         assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
         assert page.base.result["answer"] and "tok/s" in page.verdict.text()
+        assert base.url in page.base.title.text() and mtp_server.url in page.mtp.title.text()
     finally:
         win.close()
         base.stop()
