@@ -352,6 +352,55 @@ def _quantize(src: Path, dst: Path, qtype: str) -> None:
         raise RuntimeError(f"quantizing {src.name} to {qtype} failed ({rc})")
 
 
+PROJECTOR = {"n_embd": 32, "n_head": 2, "n_ff": 64, "layers": 2, "patch": 4, "merge": 3, "pos": 256}
+
+
+def write_projector(path: Path, n_embd_text: int, seed: int = 7, kind: str = "gemma4v") -> Path:
+    """A synthetic Gemma 4 vision projector (`clip` GGUF, projector type gemma4v) with random
+    weights, shaped as llama.cpp's tools/mtmd reads it (clip.cpp's loader, models/gemma4v.cpp's
+    graph): patch embedding conv, 2-D learned position tables, a small ViT with per-head Q/K
+    norms and Gemma 4's post norms, and the projection into the text model's width."""
+    import gguf
+
+    c = PROJECTOR
+    d, H, ff, p = c["n_embd"], c["n_head"], c["n_ff"], c["patch"]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_name("Tandem synthetic gemma4 vision projector")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_string("clip.projector_type", kind)
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.embedding_length", d)
+    w.add_uint32("clip.vision.feed_forward_length", ff)
+    w.add_uint32("clip.vision.block_count", c["layers"])
+    w.add_uint32("clip.vision.attention.head_count", H)
+    w.add_uint32("clip.vision.projection_dim", n_embd_text)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_uint32("clip.vision.image_size", 224)
+    w.add_uint32("clip.vision.patch_size", p)
+    w.add_uint32("clip.vision.projector.scale_factor", c["merge"])
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    # numpy shapes are ggml's ne reversed
+    w.add_tensor("v.patch_embd.weight", _rand(rng, (d, 3, p, p), 1 / math.sqrt(3 * p * p)))
+    w.add_tensor("v.position_embd.weight", _rand(rng, (2, c["pos"], d), 0.1))
+    for i in range(c["layers"]):
+        b = f"v.blk.{i}."
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            w.add_tensor(b + name + ".weight", _rand(rng, (d, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "attn_q_norm.weight", np.ones(d // H, np.float32))
+        w.add_tensor(b + "attn_k_norm.weight", np.ones(d // H, np.float32))
+        for name in ("ln1", "ln2", "attn_post_norm", "ffn_post_norm"):
+            w.add_tensor(b + name + ".weight", np.ones(d, np.float32))
+        w.add_tensor(b + "ffn_up.weight", _rand(rng, (ff, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_gate.weight", _rand(rng, (ff, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "ffn_down.weight", _rand(rng, (d, ff), 1 / math.sqrt(ff)))
+    w.add_tensor("mm.input_projection.weight", _rand(rng, (n_embd_text, d), 1 / math.sqrt(d)))
+    _finish(w)
+    return path
+
+
 def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 1.0,
                      **overrides) -> tuple[Path, Path]:
     """Write `<size>-target.gguf` and `<size>-drafter-a<A>.gguf` into outdir; return both paths.
