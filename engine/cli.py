@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--system", help="system prompt")
     g.add_argument("--thinking", action="store_true", help="enable Gemma 4 thinking mode")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--image", action="append", default=[], metavar="PATH",
+                   help="a picture for the model to read (PNG, JPEG, WebP, GIF, BMP); repeat for more")
+    g.add_argument("--audio", action="append", default=[], metavar="PATH",
+                   help="a sound for the model to hear (WAV, MP3, FLAC; Gemma 4 E2B and E4B)")
+    g.add_argument("--mmproj", metavar="GGUF", help="the vision/audio projector (default: the mmproj-*.gguf "
+                   "next to the model)")
     g.add_argument("prompt")
 
     b = sub.add_parser("bench", help="baseline vs MTP side by side on the same prompts")
@@ -135,7 +141,16 @@ def _load(args):
     opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads, target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
                        verbose=args.verbose)
-    return Engine.load(args.model, args.drafter, opts)
+    mmproj = getattr(args, "mmproj", None)
+    if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
+        from .models.pairing import find_projector
+
+        found = find_projector(args.model)
+        if found is None:
+            raise ValueError(f"pictures and sounds need the model's projector: no mmproj-*.gguf next to "
+                             f"{args.model}; give it with --mmproj")
+        mmproj = str(found)
+    return Engine.load(args.model, args.drafter, opts, mmproj=mmproj)
 
 
 def cmd_generate(args) -> int:
@@ -146,7 +161,14 @@ def cmd_generate(args) -> int:
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
     sp.validate()
     if args.server:
+        if args.image or args.audio:
+            raise ValueError("--image and --audio are for local models for now")
         return _generate_remote(args, sp)
+    from .media import load_media
+
+    media = [load_media(p) for p in args.image + args.audio]  # bad files: one line, before loading
+    if media and args.raw:
+        raise ValueError("--raw takes text only: pictures and sounds go into a chat message")
     engine = _load(args)
     try:
         if not args.no_mtp and not engine.has_mtp and not args.json:
@@ -157,7 +179,7 @@ def cmd_generate(args) -> int:
             prompt = engine.tokenize(args.prompt, add_special=True, parse_special=False)
         else:
             msgs = ([{"role": "system", "content": args.system}] if args.system else [])
-            msgs.append({"role": "user", "content": args.prompt})
+            msgs.append({"role": "user", "content": args.prompt, **({"media": media} if media else {})})
             prompt = engine.format_chat(msgs, enable_thinking=args.thinking)
 
         def stream(ev):
@@ -299,7 +321,7 @@ def cmd_make_test_models(args) -> int:
     from .testmodels import make_test_models
 
     target, drafter = make_test_models(args.outdir, args.size, args.agreement)
-    print(f"target:  {target}\ndrafter: {drafter}")
+    print(f"target:    {target}\ndrafter:   {drafter}\nprojector: {target.parent / f'mmproj-{args.size}.gguf'}")
     return 0
 
 

@@ -14,7 +14,7 @@ import ctypes
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -29,6 +29,8 @@ from .stats import GenerationStats
 from .strategies import AUTO, CostModel, make_strategy
 
 SEEDED_DRAFT_MAX = 2  # the draft length of seeded sampling when auto was asked for
+MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
+MEDIA_MARK = re.compile("\ue002(\\d+)\ue003")  # where a message's media go in the rendered chat
 from .strategies.base import DecodeState, Step
 from .text import TextAssembler, TokenPiece
 
@@ -73,6 +75,16 @@ class GenerationResult:
         return self.stats.finish_reason if self.stats else None
 
 
+def _segments(tokens: list[int]) -> list[tuple[int, int]]:
+    """[start, end) runs of text tokens and of one media item's pseudo-tokens (negative ids)."""
+    out, start = [], 0
+    for i in range(1, len(tokens) + 1):
+        if i == len(tokens) or (tokens[i] < 0) != (tokens[start] < 0) or (tokens[i] < 0 and tokens[i] != tokens[start]):
+            out.append((start, i))
+            start = i
+    return out
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -96,6 +108,7 @@ class Engine(Backend):
         self._control: dict[int, str | None] = {}
         self._control_text_cache: dict[str, bool] = {}
         self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
+        self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(
@@ -107,12 +120,37 @@ class Engine(Backend):
     # ---- loading ---------------------------------------------------------------------
     @classmethod
     def load(cls, target, drafter=None, options: LoadOptions | None = None,
-             progress: Callable[[str, float], bool] | None = None) -> "Engine":
-        return cls(Runtime(target, drafter, options or LoadOptions(), progress))
+             progress: Callable[[str, float], bool] | None = None, mmproj=None) -> "Engine":
+        options = options or LoadOptions()
+        if mmproj:
+            from .media import read_projector_info
+
+            read_projector_info(mmproj)  # refuse a wrong file before loading anything
+            # Some Gemma 4 sizes attend over an image both ways (non-causally), which needs the
+            # whole image (up to 1120 positions) in one micro-batch
+            options = replace(options, n_batch=max(options.n_batch, MEDIA_BATCH),
+                              n_ubatch=max(options.n_ubatch, MEDIA_BATCH))
+        engine = cls(Runtime(target, drafter, options, progress))
+        if mmproj:
+            try:
+                engine.attach_projector(mmproj)
+            except BaseException:
+                engine.close()
+                raise
+        return engine
+
+    def attach_projector(self, path) -> None:
+        from .media import Projector
+
+        self.projector = Projector(path, self.rt, self.rt.n_threads,
+                                   use_gpu=self.rt.options.target_gpu_layers != 0)
 
     def close(self) -> None:
         self.cancel()
         with self._busy:
+            if self.projector is not None:  # it reads the target's vocabulary: freed first
+                self.projector.close()
+                self.projector = None
             self.rt.close()
 
     @property
@@ -193,7 +231,10 @@ class Engine(Backend):
         the messages' text never becomes one: '<end_of_turn>' typed by the user (or written
         by the model as plain text) stays plain text. `answer_prefix` is the start of the
         model's answer (Continue on a cut reply): it follows the generation prompt, as text."""
-        tokens = self._format_chat(messages, enable_thinking, should_stop)
+        if any(m.get("media") for m in messages):
+            tokens = self._format_media(messages, enable_thinking, should_stop)
+        else:
+            tokens = self._format_chat(messages, enable_thinking, should_stop)
         if answer_prefix:
             tokens += self.tokenize(answer_prefix, add_special=False, parse_special=False)
         return tokens
@@ -212,6 +253,52 @@ class Engine(Backend):
             tokens += self.tokenize(text[start:end], add_special=False, parse_special=False)
             pos = end
         return tokens + (self.tokenize(text[pos:], add_special=False, parse_special=True) if pos < len(text) else [])
+
+    def _format_media(self, messages, enable_thinking, should_stop) -> list[int]:
+        """A chat whose messages carry images or audio: each item's marker goes before its
+        message's text, the template is rendered, and the rendered text is tokenized piece
+        by piece (message text never as control tokens), each marker replaced by the item's
+        positions from the projector."""
+        from .errors import TemplateError
+        from .media import MediaError
+
+        if self.projector is None:
+            raise MediaError("this model has no projector (mmproj) loaded: it cannot read pictures or audio")
+        items, marked = [], []
+        for m in messages:
+            text = str(m.get("content", "")).replace("\ue002", "").replace("\ue003", "")
+            marks = ""
+            for media in m.get("media") or []:
+                marks += f"\ue002{len(items)}\ue003"
+                items.append(media)
+            marked.append({**m, "content": marks + ("\n" if marks and text else "") + text})
+        for media in items:
+            why = self.projector.supports(media)
+            if why:
+                raise MediaError(f"{media.name}: {why}")
+        text = self.template.render(marked, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                    should_stop=should_stop)
+        spans = self._message_spans(text, [{**m, "content": m["content"]} for m in marked], enable_thinking,
+                                    should_stop)
+        if spans is None:
+            raise TemplateError("this model's chat template changes messages in a way that leaves no place "
+                                "for pictures or audio")
+        tokens, pos = [], 0
+        for start, end in spans:
+            if start > pos:
+                tokens += self.tokenize(text[pos:start], add_special=False, parse_special=True)
+            piece_at = start
+            for mk in MEDIA_MARK.finditer(text, start, end):
+                if mk.start() > piece_at:
+                    tokens += self.tokenize(text[piece_at:mk.start()], add_special=False, parse_special=False)
+                tokens += self.projector.tokens(items[int(mk.group(1))])[0]
+                piece_at = mk.end()
+            if end > piece_at:
+                tokens += self.tokenize(text[piece_at:end], add_special=False, parse_special=False)
+            pos = end
+        if pos < len(text):
+            tokens += self.tokenize(text[pos:], add_special=False, parse_special=True)
+        return tokens
 
     def _message_spans(self, text, messages, enable_thinking, should_stop) -> list[tuple[int, int]] | None:
         """Where each message's text sits in the rendered prompt: render again with a marker
@@ -333,6 +420,8 @@ class Engine(Backend):
         # the last prompt token is always decoded again: its row gives the first token's
         # logits and, for MTP, the hidden state the first draft starts from
         keep = self._reusable(min(_common_prefix(self._cached, prompt), n - 1))
+        while 0 < keep < n and prompt[keep] < 0 and prompt[keep - 1] == prompt[keep]:
+            keep -= 1  # never half an image: its positions are decoded together
         if keep == 0 and self._cached:
             tgt.clear()
             self._cached = []
@@ -342,15 +431,29 @@ class Engine(Backend):
         st.stats.reused_tokens = keep
         todo = prompt[keep:]
         st.stats.prefill_tokens = len(todo)
+        if todo[-1] < 0:
+            raise EngineError("a prompt cannot end with a picture or sound: text must follow it")
         pos = keep
-        for i in range(0, len(todo), tgt.n_batch):
-            if self._cancel.is_set():
-                raise _Cancelled
-            chunk = todo[i:i + tgt.n_batch]
-            last = i + tgt.n_batch >= len(todo)
-            tgt.decode(chunk, pos, outputs="last" if last else "none")
-            pos += len(chunk)
-            self._cached.extend(chunk)
+        segments = _segments(todo)
+        for n_seg, (start, end) in enumerate(segments):
+            if todo[start] < 0:  # an image or a sound: the projector encodes (once) and decodes it
+                run = self.projector.run_for(todo[start]) if self.projector is not None else None
+                if run is None or run.n_pos != end - start:
+                    raise EngineError("the prompt names a picture or sound that is not prepared")
+                if self._cancel.is_set():
+                    raise _Cancelled
+                st.stats.media_s += self.projector.decode(run, tgt.ctx, pos, tgt.n_batch)
+                pos += run.n_pos
+                self._cached.extend(todo[start:end])
+                continue
+            for i in range(start, end, tgt.n_batch):
+                if self._cancel.is_set():
+                    raise _Cancelled
+                chunk = todo[i:min(end, i + tgt.n_batch)]
+                last = n_seg == len(segments) - 1 and i + tgt.n_batch >= end
+                tgt.decode(chunk, pos, outputs="last" if last else "none")
+                pos += len(chunk)
+                self._cached.extend(chunk)
         row = len(chunk) - 1
         if need_h:
             tgt.hidden(row, st.pending_h)

@@ -24,6 +24,7 @@ class GenerationStats:
     reused_tokens: int = 0
     prefill_tokens: int = 0
     prefill_s: float = 0.0
+    media_s: float = 0.0  # of the prefill: encoding pictures and sounds (0 when they were cached)
     ttft_s: float = 0.0
     decode_s: float = 0.0
     generated_tokens: int = 0
@@ -52,7 +53,8 @@ class GenerationStats:
 
     @property
     def prefill_tps(self) -> float | None:
-        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 and self.prefill_tokens else None
+        s = self.prefill_s - self.media_s  # tokens decoded per second; encoding media is apart
+        return self.prefill_tokens / s if s > 0 and self.prefill_tokens else None
 
     @property
     def decode_tps(self) -> float | None:
@@ -90,6 +92,7 @@ class GenerationStats:
             "reused_tokens": self.reused_tokens,
             "generated_tokens": self.generated_tokens,
             "prefill_tps": self.prefill_tps,
+            "media_s": self.media_s,
             "ttft_s": self.ttft_s,
             "decode_tps": self.decode_tps,
             "decode_s": self.decode_s,

@@ -442,4 +442,7 @@ def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 
     else:
         write_target(target, cfg, emb, rng_t, f16)
         write_drafter(drafter, cfg, emb, rng_d, f16)
+    projector = out / f"mmproj-{tag}.gguf"  # found next to the target, as published repositories ship it
+    if not projector.exists():
+        write_projector(projector, cfg.n_embd)
     return target, drafter

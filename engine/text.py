@@ -31,7 +31,7 @@ class TextAssembler:
 
     def prime(self, prompt: list[int]) -> None:
         """Start in the channel the prompt leaves open (a prompt may end inside a thought)."""
-        tail = prompt[-64:]
+        tail = [t for t in prompt[-64:] if t >= 0]  # negative ids: positions of pictures or sounds
         marks = [i for i, t in enumerate(tail) if self._control_text(t) in (CHANNEL_OPEN, CHANNEL_CLOSE)]
         if marks:
             for t in tail[marks[-1]:]:

@@ -180,9 +180,13 @@ def _read_header(fh, size: int) -> tuple[dict, int, int]:
     return meta, n_tensors, pos + (-pos % align) + data_end
 
 
-def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
-    """Parse and sanity-check a GGUF header; raise ModelFileError with a plain message."""
-    p = Path(path)
+def read_gguf_metadata(path: str | os.PathLike) -> dict:
+    """The metadata of any GGUF file (a projector too), checked like read_gguf_info's."""
+    return _read_checked(Path(path))[0]
+
+
+def _read_checked(p: Path):
+    """(metadata, tensor count, file size) of a GGUF file, or ModelFileError in words."""
     if not p.exists():
         raise ModelFileError(f"{p}: no such file")
     if p.is_dir():
@@ -204,6 +208,13 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
     if end > size:
         raise ModelFileError(f"{p.name}: file is truncated ({size:,} of {end:,} bytes); "
                              "the download was probably interrupted")
+    return meta, n_tensors, size
+
+
+def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
+    """Parse and sanity-check a GGUF header; raise ModelFileError with a plain message."""
+    p = Path(path)
+    meta, n_tensors, size = _read_checked(p)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelFileError(f"{p.name}: GGUF has no general.architecture")

@@ -38,7 +38,7 @@ class DecodeState:
         n = self.params.repeat_last_n
         if self.params.repeat_penalty == 1.0 or n <= 0:
             return _EMPTY
-        seq = self.tokens[-n:] + list(extra)
+        seq = [t for t in self.tokens[-n:] if t >= 0] + list(extra)  # not the positions of media
         return np.asarray(seq[-n:], dtype=np.int64)
 
     def pick(self, logits: np.ndarray, extra=()) -> int:
