@@ -18,6 +18,7 @@ class ChatView(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.show_origins = False
+        self.attachment_path = lambda item: None  # the store's: where an attachment's file is
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.empty_state = EmptyState()
@@ -45,6 +46,9 @@ class ChatView(QWidget):
         self.clear()
         for m in messages:
             w = self.add(m.role, m.id)
+            if m.media:
+                w.set_media([(self.attachment_path(i), str(i.get("name", "")), str(i.get("kind", "image")))
+                             for i in m.media])
             w.set_content(m.content, m.thinking, m.origins or [])
             w.set_stats(m.stats)
             w.set_version(m.version, m.versions)

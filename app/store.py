@@ -11,6 +11,7 @@ the database, and a damaged database is moved aside and rebuilt from it. No Qt h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -38,7 +39,8 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,
     origins TEXT,
     created REAL NOT NULL,
-    parent_id INTEGER
+    parent_id INTEGER,
+    media TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
@@ -49,6 +51,7 @@ MIGRATIONS = [
     ("conversations", "leaf_id", "ALTER TABLE conversations ADD COLUMN leaf_id INTEGER"),
     ("messages", "parent_id", "ALTER TABLE messages ADD COLUMN parent_id INTEGER"),
 ]
+LATER_COLUMNS = [("messages", "media", "ALTER TABLE messages ADD COLUMN media TEXT")]  # no data to move
 CHAIN_OLD_MESSAGES = """
 UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
     WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id);
@@ -66,6 +69,8 @@ class Message:
     # [[text, drafted], ...] pieces of the answer, for the token-origin view
     origins: list | None = None
     parent_id: int | None = None
+    # attached pictures and sounds: [{"sha256", "name", "kind", "ext"}], files in the attachments folder
+    media: list = field(default_factory=list)
     # the versions of this message (siblings under the same parent, oldest first) and which one it is
     versions: int = 1
     version: int = 1
@@ -100,6 +105,14 @@ def chat_title(text: str, limit: int = 48) -> str:
                 title = title[:limit].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
             return title
     return "Code snippet" if text.strip() else "New chat"
+
+
+def _media_list(raw) -> list:
+    try:
+        items = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
 
 
 def file_name(title: str) -> str:
@@ -158,6 +171,9 @@ class Store:
                 migrated = True
         if migrated:
             self.db.executescript(CHAIN_OLD_MESSAGES)
+        for table, column, sql in LATER_COLUMNS:
+            if column not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(sql)
         self.db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id)")
         self.db.commit()
 
@@ -195,8 +211,14 @@ class Store:
         except sqlite3.Error:
             return 0
         try:
-            for table, cols in (("conversations", "id, title, created, updated, settings, leaf_id"),
-                                ("messages", "id, conversation_id, role, content, thinking, stats, origins, created, parent_id")):
+            for table, wanted in (("conversations", "id, title, created, updated, settings, leaf_id"),
+                                  ("messages", "id, conversation_id, role, content, thinking, stats, origins, "
+                                               "created, parent_id, media")):
+                try:  # the columns the damaged file has (it may be from an older version)
+                    have = {r[1] for r in old.execute(f"PRAGMA table_info({table})")}
+                    cols = ", ".join(c for c in wanted.split(", ") if c in have)
+                except sqlite3.Error:
+                    continue
                 try:
                     for row in old.execute(f"SELECT {cols} FROM {table} ORDER BY id"):
                         try:
@@ -301,8 +323,8 @@ class Store:
         """The chat as shown: the path from the root to its leaf (or to message `upto`),
         each message with how many versions it has and which one this is."""
         rows = {r[0]: r for r in self.db.execute(
-            "SELECT id, role, content, thinking, stats, origins, parent_id FROM messages WHERE conversation_id=?",
-            (cid,))}
+            "SELECT id, role, content, thinking, stats, origins, parent_id, media FROM messages "
+            "WHERE conversation_id=?", (cid,))}
         path, mid = [], upto if upto is not None else self._leaf(cid)
         while mid is not None and mid in rows and len(path) <= len(rows):  # bounded: a damaged cycle ends
             path.append(rows[mid])
@@ -311,17 +333,20 @@ class Store:
         for r in reversed(path):
             sibs = self._children(cid, r[6])
             out.append(Message(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None,
-                               json.loads(r[5]) if r[5] else None, r[6], len(sibs), sibs.index(r[0]) + 1))
+                               json.loads(r[5]) if r[5] else None, r[6], _media_list(r[7]), len(sibs),
+                               sibs.index(r[0]) + 1))
         return out
 
     def add_message(self, cid: int, role: str, content: str = "", thinking: str = "",
-                    parent: int | None | str = "leaf") -> int:
+                    parent: int | None | str = "leaf", media: list | None = None) -> int:
         """A new message after `parent` (default: the chat's leaf), which becomes the leaf.
-        A parent that already has children makes this a new version beside them."""
+        A parent that already has children makes this a new version beside them. `media`:
+        what `save_attachment` returned for each attached file."""
         now = time.time()
         parent_id = self._leaf(cid) if parent == "leaf" else parent
-        cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created, parent_id) "
-                              "VALUES (?,?,?,?,?,?)", (cid, role, content, thinking, now, parent_id))
+        cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created, parent_id, "
+                              "media) VALUES (?,?,?,?,?,?,?)",
+                              (cid, role, content, thinking, now, parent_id, json.dumps(media) if media else None))
         self.db.execute("UPDATE conversations SET updated=?, leaf_id=? WHERE id=?", (now, cur.lastrowid, cid))
         self.db.commit()
         return cur.lastrowid
@@ -332,6 +357,30 @@ class Store:
                         (content, thinking, json.dumps(stats) if stats is not None else None,
                          json.dumps(origins) if origins is not None else None, mid))
         self.db.commit()
+
+    # attachments: content-addressed files beside the database, shared by every message that uses them
+    @property
+    def attachments_dir(self) -> Path:
+        return self.path.parent / "attachments"
+
+    def save_attachment(self, data: bytes, name: str, kind: str) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        ext = (Path(name).suffix.lower()[:8] or ".bin") if re.fullmatch(r"\.[a-z0-9]{1,7}", Path(name).suffix.lower()) \
+            else ".bin"
+        self.attachments_dir.mkdir(parents=True, exist_ok=True)
+        path = self.attachments_dir / f"{digest}{ext}"
+        if not path.exists():
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return {"sha256": digest, "name": name[:200], "kind": kind, "ext": ext}
+
+    def attachment_path(self, item: dict) -> Path | None:
+        """The file of one attachment, or None if the entry is malformed (never a path it names)."""
+        digest, ext = str(item.get("sha256", "")), str(item.get("ext", ""))
+        if not re.fullmatch(r"[0-9a-f]{64}", digest) or not re.fullmatch(r"\.[a-z0-9]{1,7}", ext):
+            return None
+        return self.attachments_dir / f"{digest}{ext}"
 
     def parent_of(self, mid: int) -> int | None:
         r = self.db.execute("SELECT parent_id FROM messages WHERE id=?", (mid,)).fetchone()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtGui import QGuiApplication, QPixmap, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
@@ -114,6 +114,11 @@ class MessageWidget(QFrame):
 
         self.body = AutoHeightBrowser(self)
         self.body.anchorClicked.connect(self._anchor)
+        self.media_row = QHBoxLayout()  # thumbnails of attached pictures and sounds
+        self.media_row.setContentsMargins(0, 0, 0, 0)
+        self.media_row.addStretch(1)
+        lay.addLayout(self.media_row)
+        self.media: list = []
         lay.addWidget(self.body)
         self.footer = QLabel(self)
         self.footer.setWordWrap(True)  # a long footer wraps instead of widening the window
@@ -139,6 +144,20 @@ class MessageWidget(QFrame):
     def _toggle_thinking(self, on):
         self.think_toggle.setText(("▾" if on else "▸") + " Thinking")
         self.think_view.setVisible(on)
+
+    def set_media(self, items: list) -> None:
+        """[(path or None, name, kind)]: thumbnails above the text."""
+        from .attachments import thumbnail, tile
+
+        self.media = list(items)
+        while self.media_row.count() > 1:
+            w = self.media_row.takeAt(0).widget()
+            if w:
+                w.deleteLater()
+        for path, name, kind in items:
+            pix = thumbnail(path=path, side=160) if kind == "image" and path is not None else None
+            self.media_row.insertWidget(self.media_row.count() - 1, tile(pix if pix is not None else QPixmap(),
+                                                                        name, kind))
 
     def set_content(self, text: str, thinking: str = "", origins: list | None = None) -> None:
         self.text = text
@@ -208,10 +227,22 @@ class MessageWidget(QFrame):
 
 
 class InputBox(QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline, Esc stops, Tab moves on to the next control."""
+    """Enter sends, Shift+Enter inserts a newline, Esc stops, Tab moves on to the next control.
+    Pictures and sounds pasted or dropped here become attachments (`media` signal)."""
 
     send = Signal()
     stop = Signal()
+    media = Signal(object)  # QMimeData holding pictures or files
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return source.hasImage() or source.hasUrls() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        if source.hasImage() or (source.hasUrls() and any(u.isLocalFile() for u in source.urls())):
+            self.media.emit(source)
+            if not source.hasText() or source.hasUrls():
+                return
+        super().insertFromMimeData(source)
 
     def __init__(self, parent=None):
         super().__init__(parent)

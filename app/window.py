@@ -9,13 +9,14 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QPushButton, QSplitter,
+                               QMessageBox, QPushButton, QSplitter, QToolButton,
                                QStackedWidget, QVBoxLayout, QWidget)
 
 from engine.models.library import Library
 
 from . import help_text
 from .chat_list import ChatList
+from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, from_mime, read_file
 from .chat_view import ChatView, EditBanner
 from .compare import ComparePage
 from .safe_text import message
@@ -127,6 +128,7 @@ class MainWindow(QMainWindow):
         self.chat_view = ChatView()
         self.chat_view.example_chosen.connect(self._example_chosen)
         self.chat_view.action.connect(self._message_action)
+        self.chat_view.attachment_path = self.store.attachment_path
         self.stack.addWidget(self.chat_view)
         self.compare_page = ComparePage()
         self.compare_page.back.connect(lambda: self.stack.setCurrentIndex(0))
@@ -140,15 +142,22 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.context_label)
         self.edit_banner = EditBanner()
         rl.addWidget(self.edit_banner)
+        self.attach_bar = AttachmentBar()
+        rl.addWidget(self.attach_bar)
         inp = QHBoxLayout()
         self.input = InputBox()
+        self.input.media.connect(self._media_pasted)
         self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
         self.input.setFixedHeight(84)
         self.input.send.connect(self.send)
         self.input.stop.connect(lambda: self.cancel_edit() if self._editing else self.stop())
         self.send_btn = QPushButton("Send")
         self.send_btn.clicked.connect(self._send_or_stop)
+        self.attach_btn = QToolButton()
+        self.attach_btn.setText("📎")
+        self.attach_btn.clicked.connect(self.attach_files)
         inp.addWidget(self.input, 1)
+        inp.addWidget(self.attach_btn)
         inp.addWidget(self.send_btn)
         rl.addLayout(inp)
         split.addWidget(right)
@@ -371,6 +380,12 @@ class MainWindow(QMainWindow):
                                     "Send the prompt in the input box twice: baseline, then MTP, and compare"
                                     + (" (the baseline on the connection's baseline server)" if remote else ""))
         self.picker.setEnabled(not busy)
+        media_ok = bool(loaded and (self.model_info.get("vision") or self.model_info.get("audio")))
+        self.attach_btn.setEnabled(media_ok and not busy)
+        self.attach_btn.setToolTip(
+            ("Attach pictures" + (" or sounds" if self.model_info.get("audio") else "") +
+             " (also: paste a screenshot, or drop files on the input)") if media_ok else
+            f"Attaching is off: {self._media_unavailable('image')}")
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or loaded)
 
@@ -575,9 +590,19 @@ class MainWindow(QMainWindow):
         self._count_context()
 
     def _history(self, upto: int | None = None) -> list[dict]:
-        """The messages sent to the model: the chat's path (to its leaf, or to message `upto`)."""
-        return self._with_system([m.as_chat() for m in self.store.messages(self.conversation_id, upto)
-                                  if m.role in ("user", "assistant")])
+        """The messages sent to the model: the chat's path (to its leaf, or to message `upto`);
+        attachments go as files, decoded in the engine thread."""
+        out = []
+        for m in self.store.messages(self.conversation_id, upto):
+            if m.role not in ("user", "assistant"):
+                continue
+            d = m.as_chat()
+            files = [{"path": str(p), "name": str(i.get("name", ""))} for i in m.media
+                     if (p := self.store.attachment_path(i)) is not None]
+            if files:
+                d["attachments"] = files
+            out.append(d)
+        return self._with_system(out)
 
     def _gen_config(self, **over) -> dict:
         keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
@@ -589,20 +614,64 @@ class MainWindow(QMainWindow):
 
     def send(self):
         text = self.input.toPlainText().strip()
-        if not text or self._active or self.model_info is None:
+        if not (text or self.attach_bar.items) or self._active or self.model_info is None:
             return
         self.input.clear()
         cid = self.conversation_id
+        items = self.attach_bar.take()
+        media = [self.store.save_attachment(a.data, a.name, a.kind) for a in items]
         if self.store.conversation(cid).title == "New chat":
-            self.store.rename(cid, chat_title(text))
+            self.store.rename(cid, chat_title(text) if text else (items[0].name if items else "New chat"))
             self._refresh_conversations()
         if self._editing is not None:  # a new version beside the edited message
-            self.store.add_message(cid, "user", text, parent=self.store.parent_of(self._editing.message_id))
+            self.store.add_message(cid, "user", text, parent=self.store.parent_of(self._editing.message_id),
+                                   media=media)
             self._show_chat()
         else:
-            mid = self.store.add_message(cid, "user", text)
-            self.chat_view.add("user", mid).set_content(text)
+            mid = self.store.add_message(cid, "user", text, media=media)
+            w = self.chat_view.add("user", mid)
+            if media:
+                w.set_media([(self.store.attachment_path(m), m["name"], m["kind"]) for m in media])
+            w.set_content(text)
         self._start_reply()
+
+    # ---- attachments ------------------------------------------------------------------
+    def attach_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach pictures or sounds", "", FILE_FILTER)
+        items = []
+        for p in paths:
+            try:
+                items.append(read_file(p))
+            except AttachmentError as e:
+                message(self, QMessageBox.Warning, "Cannot attach", str(e))
+        self._add_attachments(items)
+
+    def _media_pasted(self, mime) -> None:
+        try:
+            self._add_attachments(from_mime(mime))
+        except AttachmentError as e:
+            message(self, QMessageBox.Warning, "Cannot attach", str(e))
+
+    def _add_attachments(self, items) -> None:
+        """Pending attachments, if the loaded model reads them; else one line why not."""
+        info = self.model_info or {}
+        for item in items:
+            ok = info.get("vision") if item.kind == "image" else info.get("audio")
+            if not ok:
+                why = self._media_unavailable(item.kind)
+                self.statusBar().showMessage(f"Cannot attach {item.name}: {why}", 8000)
+                continue
+            self.attach_bar.add(item)
+
+    def _media_unavailable(self, kind: str) -> str:
+        info = self.model_info or {}
+        if not info:
+            return "no model is loaded"
+        if info.get("remote"):
+            return "pictures and sounds are not sent to servers yet"
+        if kind == "audio" and info.get("vision"):
+            return "this model reads no audio (Gemma 4 E2B and E4B do)"
+        return info.get("media_note") or "this model has no projector (mmproj) for pictures"
 
     def _start_reply(self, drop_oldest: bool = False, parent: int | None = None,
                      cont: MessageWidget | None = None):
@@ -649,6 +718,10 @@ class MainWindow(QMainWindow):
         self._editing = w
         self.chat_view.hide_from(w)
         self.edit_banner.show()
+        self.attach_bar.clear()
+        for path, name, kind in w.media:  # the new version starts with the same attachments
+            if path is not None and path.is_file():
+                self.attach_bar.add(Attachment(path.read_bytes(), name, kind))
         self.input.setPlainText(w.text)
         self.input.setFocus()
 
@@ -656,6 +729,7 @@ class MainWindow(QMainWindow):
         if self._editing is None:
             return
         self._editing = None
+        self.attach_bar.clear()
         self.edit_banner.hide()
         self.chat_view.hide_from(None)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import OrderedDict
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -76,7 +78,7 @@ class EngineWorker(QObject):
                 self.load_progress.emit(label, frac)
                 return not self._closing  # returning False aborts loading
 
-            self.engine = Engine.load(spec["target"], spec.get("drafter") or None, opts, progress)
+            self.engine, media_note = self._load_local(spec, opts, progress)
         except TandemError as e:
             self.load_failed.emit(str(e))
             return
@@ -90,7 +92,36 @@ class EngineWorker(QObject):
             "drafter_name": rt.drafter_info.path.name if rt.drafter_info else "",
             "n_ctx": self.engine.n_ctx, "has_mtp": self.engine.has_mtp, "mtp_reason": self.engine.mtp_reason,
             "remote": None, "engine": "llama.cpp", "can_switch_mtp": True, "has_baseline": self.engine.has_mtp,
+            "vision": bool(self.engine.projector and self.engine.projector.vision),
+            "audio": bool(self.engine.projector and self.engine.projector.audio),
+            "mmproj": str(self.engine.projector.info.path) if self.engine.projector else "",
+            "media_note": media_note,
         })
+
+    @staticmethod
+    def _load_local(spec: dict, opts, progress):
+        """The engine, with the projector next to the target when there is one. A projector
+        that cannot be used leaves the model usable for text, and says why."""
+        from engine.errors import ModelFileError
+        from engine.models.pairing import find_projector
+
+        mmproj = spec.get("mmproj")
+        if mmproj is None:
+            try:
+                found = find_projector(spec["target"])
+            except (OSError, TandemError):
+                found = None
+            mmproj = str(found) if found else ""
+        if not mmproj:
+            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress), \
+                "no projector (mmproj) next to the model: pictures and audio are off"
+        try:
+            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress, mmproj=mmproj), ""
+        except ModelFileError as e:
+            if str(e).startswith(Path(spec["target"]).name):
+                raise  # the model itself, not the projector
+            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress), \
+                f"pictures and audio are off: {e}"
 
     def _load_remote(self, spec: dict) -> None:
         """Connect to a server (and its baseline server, when there is one)."""
@@ -135,6 +166,7 @@ class EngineWorker(QObject):
             self.failed.emit(rid, "error", "No baseline server is connected.")
             return
         try:
+            messages = self._with_media(messages)
             sp = SamplingParams(temperature=float(cfg.get("temperature", 0.0)), top_k=int(cfg.get("top_k", 64)),
                                 top_p=float(cfg.get("top_p", 0.95)), min_p=float(cfg.get("min_p", 0.0)),
                                 repeat_penalty=float(cfg.get("repeat_penalty", 1.0)))
@@ -196,10 +228,38 @@ class EngineWorker(QObject):
         if self.engine is None or self._closing:
             return
         try:
-            n = self.engine.count_tokens(messages, thinking)
+            n = self.engine.count_tokens(self._with_media(messages), thinking)
         except TandemError:
             return  # the meter stays as it was; sending will report the problem
         self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)  # -1: the server counts
+
+    MEDIA_CACHE = 16  # decoded attachments kept between requests (the same picture, every turn)
+
+    def _with_media(self, messages: list) -> list:
+        """Messages whose "attachments" (files the window stored) become decoded media, here in
+        the engine thread: decoding a big picture must never hold up the window."""
+        from engine.media import load_media
+
+        if not any(m.get("attachments") for m in messages):
+            return messages
+        cache = self.__dict__.setdefault("_media_cache", OrderedDict())
+        out = []
+        for m in messages:
+            files = m.get("attachments") or []
+            if not files:
+                out.append(m)
+                continue
+            media = []
+            for f in files:
+                key = str(f["path"])
+                if key not in cache:
+                    cache[key] = load_media(f["path"], f.get("name") or Path(key).name)
+                    while len(cache) > self.MEDIA_CACHE:
+                        cache.popitem(last=False)
+                cache.move_to_end(key)
+                media.append(cache[key])
+            out.append({k: v for k, v in m.items() if k != "attachments"} | {"media": media})
+        return out
 
     @staticmethod
     def _live(stats) -> dict:

@@ -49,6 +49,11 @@ class Media:
     name: str = ""
 
 
+def media_kind(raw: bytes) -> str:
+    """"audio" for WAV, MP3 and FLAC files (by their first bytes), else "image" (to be checked)."""
+    return "audio" if _audio_kind(raw) else "image"
+
+
 def _audio_kind(raw: bytes) -> str | None:
     if raw[:4] == b"RIFF" and raw[8:12] == b"WAVE":
         return "wav"

@@ -269,6 +269,8 @@ class RemoteBackend(Backend):
 
     def _request(self, messages: list[dict], config, enable_thinking: bool, answer_prefix: str) -> dict:
         sp = config.sampling
+        if any(m.get("media") for m in messages):
+            raise RemoteError("pictures and sounds are not sent to servers yet: use a local model for them")
         msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
         if answer_prefix:  # Continue: the answer so far as the last (assistant) message, which
             msgs.append({"role": "assistant", "content": answer_prefix})  # servers continue

@@ -1,0 +1,162 @@
+"""Pictures and sounds attached to a message: by button, drag-and-drop or paste (Ctrl+V of a
+screenshot). What is attached is checked here cheaply (size, kind, image dimensions from the
+header) so a bad file is refused at once in one line; decoding for the model happens in the
+engine thread. Thumbnails are read scaled, never at full size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
+from PySide6.QtGui import QImage, QImageReader, QPixmap
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+
+from engine.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
+
+THUMB = 72  # px, the long side of a thumbnail
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
+AUDIO_SUFFIXES = {".wav", ".mp3", ".flac"}
+FILE_FILTER = "Pictures and sounds (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.wav *.mp3 *.flac)"
+
+
+class AttachmentError(ValueError):
+    pass
+
+
+@dataclass
+class Attachment:
+    data: bytes
+    name: str
+    kind: str  # "image" or "audio"
+
+
+def check(data: bytes, name: str) -> Attachment:
+    """An attachment, or AttachmentError saying in one line why not."""
+    if len(data) > MAX_MEDIA_BYTES:
+        raise AttachmentError(f"{name}: larger than {MAX_MEDIA_BYTES // 2**20} MB")
+    kind = media_kind(data)
+    if kind == "audio":
+        return Attachment(data, name, "audio")
+    ba = QByteArray(data)
+    buf = QBuffer(ba)  # kept referenced while the reader uses it (the reader does not own it)
+    buf.open(QIODevice.ReadOnly)
+    reader = QImageReader(buf)
+    size = reader.size()
+    if not reader.canRead() or not size.isValid():
+        raise AttachmentError(f"{name}: not a picture or sound Tandem can read (PNG, JPEG, WebP, GIF, BMP; WAV, "
+                              "MP3, FLAC)")
+    if size.width() * size.height() > MAX_IMAGE_PIXELS:
+        raise AttachmentError(f"{name}: the picture is too large ({size.width()}x{size.height()} pixels, over "
+                              f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels); scale it down first")
+    return Attachment(data, name, "image")
+
+
+def read_file(path: str | Path) -> Attachment:
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_MEDIA_BYTES:
+            raise AttachmentError(f"{p.name}: larger than {MAX_MEDIA_BYTES // 2**20} MB")
+        return check(p.read_bytes(), p.name)
+    except OSError as e:
+        raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None
+
+
+def from_mime(mime) -> list[Attachment]:
+    """Pictures in pasted or dropped data: local files, or image data (a screenshot)."""
+    out = []
+    for url in mime.urls() if mime.hasUrls() else []:
+        if url.isLocalFile() and Path(url.toLocalFile()).suffix.lower() in IMAGE_SUFFIXES | AUDIO_SUFFIXES:
+            out.append(read_file(url.toLocalFile()))
+    if not out and mime.hasImage():
+        image = QImage(mime.imageData())
+        if not image.isNull():
+            out.append(check(png_bytes(image), "pasted image.png"))
+    return out
+
+
+def png_bytes(image: QImage) -> bytes:
+    buf = QBuffer()
+    buf.open(QIODevice.WriteOnly)
+    image.save(buf, "PNG")
+    return bytes(buf.data())
+
+
+def thumbnail(data: bytes | None = None, path: str | Path | None = None, side: int = THUMB) -> QPixmap:
+    """A small picture read at reduced size (the reader scales while decoding where it can)."""
+    ba = QByteArray(data or b"")
+    buf = QBuffer(ba)  # kept referenced while the reader uses it
+    buf.open(QIODevice.ReadOnly)
+    reader = QImageReader(str(path)) if path is not None else QImageReader(buf)
+    size = reader.size()
+    if size.isValid() and size.width() * size.height() <= MAX_IMAGE_PIXELS:
+        reader.setScaledSize(size.scaled(QSize(side, side), Qt.KeepAspectRatio))
+        image = reader.read()
+        if not image.isNull():
+            return QPixmap.fromImage(image)
+    return QPixmap()
+
+
+def tile(pixmap: QPixmap, label: str, kind: str) -> QLabel:
+    w = QLabel()
+    w.setToolTip(label)
+    if kind == "image" and not pixmap.isNull():
+        w.setPixmap(pixmap)
+    else:
+        w.setText("♪ " + label if kind == "audio" else label)
+        w.setTextFormat(Qt.PlainText)
+    w.setObjectName("attachmentTile")
+    return w
+
+
+class AttachmentBar(QWidget):
+    """The attachments waiting in the input box, each with a remove button."""
+
+    changed = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.items: list[Attachment] = []
+        self.row = QHBoxLayout(self)
+        self.row.setContentsMargins(0, 0, 0, 0)
+        self.row.addStretch(1)
+        self.hide()
+
+    def add(self, item: Attachment) -> None:
+        if any(i.data == item.data for i in self.items):
+            return
+        self.items.append(item)
+        self._rebuild()
+
+    def clear(self) -> None:
+        self.items = []
+        self._rebuild()
+
+    def take(self) -> list[Attachment]:
+        items, self.items = self.items, []
+        self._rebuild()
+        return items
+
+    def _rebuild(self) -> None:
+        while self.row.count() > 1:
+            w = self.row.takeAt(0).widget()
+            if w:
+                w.deleteLater()
+        for i, item in enumerate(self.items):
+            box = QWidget()
+            lay = QHBoxLayout(box)
+            lay.setContentsMargins(0, 0, 0, 0)
+            lay.addWidget(tile(thumbnail(item.data) if item.kind == "image" else QPixmap(), item.name, item.kind))
+            rm = QToolButton()
+            rm.setText("×")
+            rm.setToolTip(f"Remove {item.name}")
+            rm.clicked.connect(lambda _=False, n=i: self._remove(n))
+            lay.addWidget(rm)
+            self.row.insertWidget(self.row.count() - 1, box)
+        self.setVisible(bool(self.items))
+        self.changed.emit()
+
+    def _remove(self, n: int) -> None:
+        if 0 <= n < len(self.items):
+            del self.items[n]
+            self._rebuild()

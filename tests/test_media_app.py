@@ -1,0 +1,96 @@
+"""Pictures in the window: attach by button, paste a screenshot, drop a file; thumbnails in the
+input and in the sent message; attachments kept with the chat; off (with the reason) when the
+model has no projector. The real engine with the synthetic gemma4v projector answers."""
+
+from __future__ import annotations
+
+import shutil
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent, QImage
+from PySide6.QtWidgets import QFileDialog
+
+from app.settings import Settings
+from app.store import Store
+from app.window import MainWindow
+from engine.models.library import Library
+
+from .test_app import TIMEOUT, make_window, send
+from .test_media import png
+
+
+def _thumbs(w):
+    return [w.media_row.itemAt(i).widget() for i in range(w.media_row.count() - 1)]
+
+
+def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=24, draft_max=3)
+    assert win.model_info["vision"] and not win.model_info["audio"] and win.attach_btn.isEnabled()
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(png(seed=4))
+
+    # the button
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(photo)], ""))
+    win.attach_files()
+    assert [a.name for a in win.attach_bar.items] == ["photo.png"] and win.attach_bar.isVisible()
+    reply = send(qtbot, win, "What is in this picture?")
+    assert reply.stats["mode"] == "mtp" and reply.stats["media_s"] > 0 and not win.attach_bar.items
+    user = win._message_widgets()[-2]
+    assert len(_thumbs(user)) == 1 and not _thumbs(user)[0].pixmap().isNull()
+    stored = win.store.messages(win.conversation_id)[-2].media
+    assert stored[0]["name"] == "photo.png" and win.store.attachment_path(stored[0]).is_file()
+
+    # a follow-up reuses the encoded picture
+    follow = send(qtbot, win, "And the colours?")
+    assert follow.stats["media_s"] == 0 and follow.stats["reused_tokens"] > 80
+
+    # paste a screenshot (image data in the clipboard)
+    mime = QMimeData()
+    mime.setImageData(QImage(40, 30, QImage.Format_RGB32))
+    win.input.insertFromMimeData(mime)
+    assert [a.name for a in win.attach_bar.items] == ["pasted image.png"]
+    win.attach_bar.clear()
+
+    # drop a file on the input box
+    drop = QMimeData()
+    drop.setUrls([QUrl.fromLocalFile(str(photo))])
+    ev = QDropEvent(QPointF(10, 10), Qt.CopyAction, drop, Qt.LeftButton, Qt.NoModifier)
+    win.input.dropEvent(ev)
+    assert [a.name for a in win.attach_bar.items] == ["photo.png"]
+
+    # a file that is not a picture: one line, nothing attached
+    win.attach_bar.clear()
+    bad = tmp_path / "notes.png"
+    bad.write_bytes(b"not a picture")
+    shown = []
+    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(bad)], ""))
+    win.attach_files()
+    assert not win.attach_bar.items and len(shown) == 1 and "notes.png" in shown[0]
+    cid = win.conversation_id
+    win.close()
+
+    # history reopens with its picture
+    s = Settings(tmp_path / "settings.json")
+    w2 = MainWindow(s, Store(tmp_path / "chats.sqlite3"), Library(tmp_path / "models.json"))
+    qtbot.addWidget(w2)
+    qtbot.waitUntil(lambda: w2.model_info is not None, timeout=TIMEOUT)
+    w2.open_conversation(cid)
+    first_user = [w for w in w2._message_widgets() if w.role == "user"][0]
+    assert len(_thumbs(first_user)) == 1 and not _thumbs(first_user)[0].pixmap().isNull()
+    w2.close()
+
+
+def test_attaching_is_off_without_a_projector(qtbot, tmp_path, tiny):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    target = shutil.copy(tiny["target"], alone / "gemma-4-test.gguf")
+    drafter = shutil.copy(tiny[0.7], alone / "gemma-4-test-assistant.gguf")
+    win = make_window(qtbot, tmp_path, target, drafter)
+    assert not win.model_info["vision"] and not win.attach_btn.isEnabled()
+    assert "no projector" in win.attach_btn.toolTip()
+    mime = QMimeData()
+    mime.setImageData(QImage(40, 30, QImage.Format_RGB32))
+    win.input.insertFromMimeData(mime)
+    assert not win.attach_bar.items and "no projector" in win.statusBar().currentMessage()
+    win.close()
