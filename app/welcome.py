@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
-from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout)
 
 from engine.errors import TandemError
@@ -26,12 +26,12 @@ def _mb(n: float) -> str:
 
 class _DownloadWorker(QObject):
     progress = Signal(dict)
-    finished = Signal(str, str, list)  # target, drafter ("" = none), notes
+    finished = Signal(str, str, list, str)  # target, drafter ("" = none), notes, projector ("" = none)
     failed = Signal(str, str)  # message, kind: "cancelled" | "offline" | "error"
 
-    def __init__(self, downloader: Downloader, model, quant):
+    def __init__(self, downloader: Downloader, model, quant, vision: bool = True):
         super().__init__()
-        self.downloader, self.model, self.quant = downloader, model, quant
+        self.downloader, self.model, self.quant, self.vision = downloader, model, quant, vision
 
     @Slot()
     def run(self):
@@ -39,7 +39,7 @@ class _DownloadWorker(QObject):
             self.progress.emit({"label": p.label, "file": p.filename, "done": p.done, "total": p.total,
                                 "speed": p.speed, "eta": p.eta_s})
         try:
-            res = self.downloader.download_pair(self.model, self.quant, report)
+            res = self.downloader.download_plan(self.downloader.plan(self.model, self.quant), report, self.vision)
         except DownloadCancelled as e:
             self.failed.emit(str(e), "cancelled")
             return
@@ -49,13 +49,14 @@ class _DownloadWorker(QObject):
         except (TandemError, OSError) as e:
             self.failed.emit(str(e), "error")
             return
-        self.finished.emit(str(res.target), str(res.drafter or ""), list(res.notes))
+        self.finished.emit(str(res.target), str(res.drafter or ""), list(res.notes), str(res.projector or ""))
 
 
 class DownloadDialog(QDialog):
     """Progress of the target and the drafter: bytes, speed and time left; Cancel resumes later."""
 
-    def __init__(self, downloader: Downloader, model, quant: str, library: Library, parent=None):
+    def __init__(self, downloader: Downloader, model, quant: str, library: Library, parent=None,
+                 vision: bool = True):
         super().__init__(parent)
         self.setWindowTitle(f"Downloading {model.title}")
         self.setMinimumWidth(560)
@@ -66,7 +67,10 @@ class DownloadDialog(QDialog):
         self.wants_local = False  # offline: the user chose to use files on this computer
         lay = QVBoxLayout(self)
         self.bars, self.labels = {}, {}
-        for label, title in (("target", f"{model.title} {quant}"), ("drafter", "MTP drafter")):
+        for label, title in (("target", f"{model.title} {quant}"), ("drafter", "MTP drafter"),
+                             ("projector", "Picture reader (mmproj)")):
+            if label == "projector" and not vision:
+                continue
             lay.addWidget(QLabel(f"<b>{title}</b>"))
             bar = QProgressBar()
             bar.setRange(0, 1000)
@@ -91,7 +95,7 @@ class DownloadDialog(QDialog):
 
         self.downloader = downloader
         self.thread = QThread(self)
-        self.worker = _DownloadWorker(downloader, model, quant)
+        self.worker = _DownloadWorker(downloader, model, quant, vision)
         self.worker.moveToThread(self.thread)
         self.thread.started.connect(self.worker.run)
         self.worker.progress.connect(self._on_progress)
@@ -112,11 +116,11 @@ class DownloadDialog(QDialog):
         self.labels[p["label"]].setText(
             f"{_mb(p['done'])} of {_mb(p['total'])} · {p['speed'] / 1e6:.1f} MB/s{eta} · {Path(p['file']).name}")
 
-    def _on_finished(self, target: str, drafter: str, notes: list):
+    def _on_finished(self, target: str, drafter: str, notes: list, projector: str = ""):
         self._stop_thread()
         self.result_paths = (target, drafter)
         self.notes = notes
-        self.library.add(self.model.name, target, drafter or None, "download")
+        self.library.add(self.model.name, target, drafter or None, "download", projector or None)
         self.accept()
 
     def _on_failed(self, message: str, kind: str):
@@ -191,6 +195,9 @@ class WelcomeDialog(QDialog):
         folder_row.addWidget(self.folder_label, 1)
         folder_row.addWidget(change)
         lay.addLayout(folder_row)
+        self.vision_box = QCheckBox("Also get the picture reader (mmproj, about 0.6–0.8 GB) to attach images")
+        self.vision_box.setChecked(True)
+        lay.addWidget(self.vision_box)
         buttons = QHBoxLayout()
         self.local_btn = QPushButton("Use files on this computer…")
         self.local_btn.clicked.connect(self.use_local)
@@ -238,7 +245,8 @@ class WelcomeDialog(QDialog):
         if fit.spills and QMessageBox.question(self, "Model may not fit", fit.explain() + ".\n\nDownload anyway?") \
                 != QMessageBox.Yes:
             return
-        self.download_dialog = DownloadDialog(Downloader(**self.downloader_args), m, quant, self.library, self)
+        self.download_dialog = DownloadDialog(Downloader(**self.downloader_args), m, quant, self.library, self,
+                                              vision=self.vision_box.isChecked())
         self.download_dialog.start()
         accepted = self.download_dialog.exec() == QDialog.Accepted
         if not accepted and self.download_dialog.wants_local:

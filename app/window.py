@@ -284,7 +284,10 @@ class MainWindow(QMainWindow):
     def load_models(self, target: str, drafter: str = ""):
         self._begin_load(target, "loading…")
         spec = {k: self.settings[k] for k in ("n_ctx", "threads", "target_gpu_layers", "drafter_gpu_layers")}
-        spec.update(target=target, drafter=drafter)
+        entry = self.library.find(target)
+        # the library knows the projector (in the Hugging Face cache it is not beside the blob);
+        # None: the engine thread looks next to the target
+        spec.update(target=target, drafter=drafter, mmproj=entry.projector if entry and entry.projector else None)
         self._load.emit(spec)
 
     def load_remote(self, connection: str, model: str = "") -> None:

@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "as owner/name[:QUANT] (e.g. ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M)")
     d.add_argument("--quant", default="Q4_K_M", help="quantization (default Q4_K_M)")
     d.add_argument("--dir", help="download into this folder instead of the Hugging Face cache")
+    d.add_argument("--no-vision", action="store_true", help="leave out the picture reader (mmproj projector)")
     i = msub.add_parser("import", help="add GGUF files from disk (finds the matching drafter)")
     i.add_argument("path", help="a target GGUF, or a folder of them")
     msub.add_parser("verify", help="check that your models are present and pair")

@@ -326,3 +326,29 @@ def test_download_progress_on_a_terminal_uses_tqdm_bars():
         p(Progress("target", "dir/model-Q4_K_M.gguf", done, 4 * 2**20, 1e6, 1.0))
     text = out.getvalue()
     assert "model-Q4_K_M.gguf" in text and "100%" in text and "\r" in text
+
+
+def test_the_projector_comes_with_the_pair_and_the_library_pairs_it(hub, tmp_path, tiny):
+    from engine.models.library import Library
+    from engine.testmodels import write_projector
+
+    write_projector(tmp_path / "p.gguf", 64)
+    write_projector(tmp_path / "wide.gguf", 96)
+    hub.add(REPO, "mmproj-gemma-4-E2B-it-F16.gguf", (tmp_path / "p.gguf").read_bytes())
+    d = dl(hub, tmp_path)
+    plan = d.plan(find("gemma-4-e2b"), "Q4_K_M")
+    assert plan.projector.path == "mmproj-gemma-4-E2B-it-F16.gguf"
+    assert all("mmproj" not in f.path for f in plan.drafters)  # never a drafter
+    res = d.download_plan(plan)
+    assert res.projector is not None and res.projector.name == "mmproj-gemma-4-E2B-it-F16.gguf"
+    lib = Library(tmp_path / "models.json")
+    entry = lib.add("gemma-4-e2b", res.target, res.drafter, "download")
+    assert entry.projector and entry.projector.endswith("mmproj-gemma-4-E2B-it-F16.gguf")
+    # without pictures: not downloaded
+    assert dl(hub, tmp_path / "b").download_plan(plan, vision=False).projector is None
+    # a projector for another model width is refused and deleted; the pair still comes
+    hub.add(REPO, "mmproj-gemma-4-E2B-it-F16.gguf", (tmp_path / "wide.gguf").read_bytes())
+    d2 = dl(hub, tmp_path / "c")
+    res2 = d2.download_plan(d2.plan(find("gemma-4-e2b"), "Q4_K_M"))
+    assert res2.projector is None and res2.drafter is not None
+    assert any("not usable for pictures" in n for n in res2.notes)

@@ -79,11 +79,12 @@ def cmd_download(args) -> int:
     else:
         model = find(args.name)
         plan, name = d.plan(model, args.quant), model.name
-    res = d.download_plan(plan, ProgressPrinter())
+    res = d.download_plan(plan, ProgressPrinter(), vision=not args.no_vision)
     for note in res.notes:
         sys.stderr.write(f"note: {note}\n")
-    Library().add(name, res.target, res.drafter, "download")
-    print(f"target:  {res.target}\ndrafter: {res.drafter or 'none (MTP is off for this model)'}")
+    Library().add(name, res.target, res.drafter, "download", res.projector)
+    print(f"target:    {res.target}\ndrafter:   {res.drafter or 'none (MTP is off for this model)'}\n"
+          f"projector: {res.projector or 'none (no pictures)'}")
     return 0
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 from ..errors import TandemError
 from .catalog import REPO_RE, CatalogModel, Source, model_for_repo
 from .gguf_info import TARGET_ARCH, check_drafter, check_target, read_gguf_info
-from .repo_files import drafter_files, is_qat, pick_target, precision_rank
+from .repo_files import base, drafter_files, is_projector, is_qat, pick_target, precision_rank
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -54,6 +54,7 @@ class Plan:
     target: RemoteFile
     drafters: list  # RemoteFile candidates, best first
     notes: list  # what was tried and did not work, for the user
+    projector: RemoteFile | None = None  # the vision/audio projector (mmproj) from the target's repository
 
 
 @dataclass
@@ -61,6 +62,7 @@ class PairDownload:
     target: Path
     drafter: Path | None  # None: no drafter pairs with this target; `notes` says why
     notes: list
+    projector: Path | None = None  # pictures (and audio on E2B/E4B); None: none, or not wanted
 
 
 @dataclass
@@ -229,7 +231,9 @@ class Downloader:
                 # repository, then the precision closest to Q8_0
                 mismatch = (src.qat or is_qat(f.path)) != qat
                 ranked.append(((mismatch, i, precision_rank(f.path), len(f.path), f.path), f))
-        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes)
+        projectors = [f for f in listing(target_src) or [] if is_projector(f.path) and base(f.path).endswith(".gguf")]
+        projector = min(projectors, key=lambda f: (precision_rank(f.path), len(f.path), f.path)) if projectors else None
+        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes, projector)
 
     # ---- downloading -----------------------------------------------------------------
     def check_space(self, files: list[RemoteFile]) -> None:
@@ -352,18 +356,22 @@ class Downloader:
                       on_progress: Callable[[Progress], None] | None = None) -> PairDownload:
         return self.download_plan(self.plan(model, quant), on_progress)
 
-    def download_plan(self, plan: Plan, on_progress: Callable[[Progress], None] | None = None) -> PairDownload:
+    def download_plan(self, plan: Plan, on_progress: Callable[[Progress], None] | None = None,
+                      vision: bool = True) -> PairDownload:
         """The target, then drafter candidates in order until one pairs with it by its GGUF
         header; a refused drafter is deleted and the reason kept. Without any, the target
-        comes alone and the notes say why MTP is off."""
+        comes alone and the notes say why MTP is off. With `vision`, the projector (mmproj)
+        comes too, checked against the target the same way."""
         self._cancel.clear()  # once per pair: a Cancel between the two files must hold
         notes = list(plan.notes)
-        self.check_space([plan.target] + plan.drafters[:1])
+        projector = plan.projector if vision else None
+        self.check_space([plan.target] + plan.drafters[:1] + ([projector] if projector else []))
         t = self.download(plan.target, "target", on_progress)
         ti = read_gguf_info(t)
         if ti.arch != TARGET_ARCH:
             raise DownloadError(f"{t.name} is a '{ti.arch}' model, not Gemma 4 ('{TARGET_ARCH}')")
         check_target(ti)
+        drafter = None
         for cand in plan.drafters:
             d = self.download(cand, "drafter", on_progress)
             try:
@@ -372,11 +380,30 @@ class Downloader:
                 notes.append(f"{cand.repo}/{cand.path} is not usable: {e}")
                 _delete(d)
                 continue
-            return PairDownload(t, d, notes)
-        notes.append("no usable MTP drafter was found " + (
-            "(every candidate was refused)" if plan.drafters else "in any source") +
-            ", so MTP is off for this model: it runs at plain decoding speed")
-        return PairDownload(t, None, notes)
+            drafter = d
+            break
+        if drafter is None:
+            notes.append("no usable MTP drafter was found " + (
+                "(every candidate was refused)" if plan.drafters else "in any source") +
+                ", so MTP is off for this model: it runs at plain decoding speed")
+        return PairDownload(t, drafter, notes, self._download_projector(projector, ti, notes, on_progress))
+
+    def _download_projector(self, f: RemoteFile | None, ti, notes: list, on_progress) -> Path | None:
+        if f is None:
+            return None
+        from ..media import read_projector_info
+
+        p = self.download(f, "projector", on_progress)
+        try:
+            info = read_projector_info(p)
+            wrong = [m for m, dim in info.n_embd_out.items() if dim != ti.n_embd]
+            if wrong:
+                raise TandemError(f"it writes {wrong[0]} embeddings for another model width")
+        except TandemError as e:
+            notes.append(f"{f.repo}/{f.path} is not usable for pictures: {e}")
+            _delete(p)
+            return None
+        return p
 
 
 def _delete(path: Path) -> None:

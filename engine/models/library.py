@@ -69,13 +69,16 @@ class Library:
         tmp.write_text(json.dumps({"models": [asdict(e) for e in entries]}, indent=2), "utf-8")
         os.replace(tmp, self.path)
 
-    def add(self, name: str, target: str | Path, drafter: str | Path | None, source: str) -> LocalModel:
+    def add(self, name: str, target: str | Path, drafter: str | Path | None, source: str,
+            projector: str | Path | None = None) -> LocalModel:
+        """List a pair (again); its projector is the one given, else the mmproj next to the
+        target as named (in the Hugging Face cache the resolved file is a blob elsewhere)."""
         from .pairing import find_projector
 
         entry = LocalModel(name, str(Path(target).resolve()), str(Path(drafter).resolve()) if drafter else None,
                            source, time.time())
-        projector = find_projector(entry.target)
-        entry.projector = str(projector) if projector else None
+        projector = projector or find_projector(target)
+        entry.projector = str(Path(projector).absolute()) if projector else None  # keeps its name
         old = self.find(entry.target)
         if old is not None:  # the same files again: keep when they were added and last used
             entry.added, entry.last_used, entry.source = old.added, old.last_used, old.source
