@@ -2,8 +2,8 @@
 
     xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots [dark]
 
-Writes chat.png, compare.png, origins.png, models.png, small.png (the window at 800x600) and
-welcome.png; with "dark", the same with a -dark suffix. Uses a temporary settings file, chat
+Writes chat.png, compare.png, origins.png, vision.png (a chat with a picture), models.png,
+small.png (the window at 800x600) and welcome.png; with "dark", the same with a -dark suffix. Uses a temporary settings file, chat
 database and model library, so your own are not touched.
 """
 
@@ -68,6 +68,25 @@ def main(out: Path, theme: str = "light") -> int:
     win.origin_switch.setChecked(True)
     shot("origins.png")
     win.origin_switch.setChecked(False)
+
+    # a chat with a picture (the synthetic projector reads it; the tiny model's answer is noise)
+    win.new_conversation()
+    from app.attachments import Attachment
+    from PySide6.QtGui import QColor, QImage, QPainter
+
+    img = QImage(320, 200, QImage.Format_RGB32)
+    img.fill(QColor("#2b6cb0"))
+    p = QPainter(img)
+    p.fillRect(40, 40, 120, 120, QColor("#f6ad55"))
+    p.fillRect(190, 70, 90, 90, QColor("#68d391"))
+    p.end()
+    from app.attachments import png_bytes
+
+    win.attach_bar.add(Attachment(png_bytes(img), "shapes.png", "image"))
+    win.input.setPlainText("What shapes are in this picture?")
+    win.send()
+    wait(lambda: win._active is None)
+    shot("vision.png")
 
     win.input.setPlainText("Count from one to twenty.")
     win.compare()

@@ -27,7 +27,9 @@ JUNK = b"GGUF" + b"\0" * 64  # a decoy: never a model anyone should download
 @pytest.fixture
 def files(tiny, tmp_path):
     t, d = Path(tiny["target"]).read_bytes(), Path(tiny[1.0]).read_bytes()
-    return {"target": t, "drafter": d, "underscore": d.replace(b"gemma4-assistant", b"gemma4_assistant")}
+    projector = (Path(tiny["target"]).parent / "mmproj-tiny.gguf").read_bytes()
+    return {"target": t, "drafter": d, "underscore": d.replace(b"gemma4-assistant", b"gemma4_assistant"),
+            "projector": projector}
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def ggml_layout(hub, files, model, drafter=None):
         hub.add(repo, f"gemma-4-{s}-it-{q}.gguf", files["target"])
     hub.add(repo, f"mtp-gemma-4-{s}-it-Q8_0.gguf", drafter or files["drafter"])
     hub.add(repo, f"mtp-gemma-4-{s}-it-BF16.gguf", files["drafter"])
-    hub.add(repo, f"mmproj-gemma-4-{s}-it-f16.gguf", JUNK)
+    hub.add(repo, f"mmproj-gemma-4-{s}-it-f16.gguf", files["projector"])
     hub.add(repo, "README.md", b"# card\n")
     return repo
 
@@ -60,10 +62,10 @@ def test_every_catalog_model_downloads_a_pair_that_loads_with_mtp(hub, files, tm
     s = SIZE[model]
     assert res.target.name == f"gemma-4-{s}-it-Q4_K_M.gguf"
     assert res.drafter.name == f"mtp-gemma-4-{s}-it-Q8_0.gguf"  # Q8_0 before BF16, never mmproj
-    assert not [n for n in served(hub, ".gguf") if "mmproj" in n]
-    e = Engine.load(res.target, res.drafter)
+    assert res.projector.name == f"mmproj-gemma-4-{s}-it-f16.gguf"  # the picture reader, as itself
+    e = Engine.load(res.target, res.drafter, mmproj=res.projector)
     try:
-        assert e.has_mtp
+        assert e.has_mtp and e.projector.vision
     finally:
         e.close()
 
@@ -103,7 +105,9 @@ def test_no_drafter_anywhere_downloads_the_target_alone_and_says_why(hub, files,
     hub.add("google/gemma-4-31B-it-qat-q4_0-gguf", "mmproj-gemma-4-31B-f16.gguf", JUNK)
     res = Downloader(endpoint=hub.url, cache_dir=tmp_path / "c").download_pair(find("gemma-4-31b"), "Q4_0")
     assert res.target.name == "gemma-4-31B_q4_0-it.gguf" and res.drafter is None
-    assert "MTP is off" in res.notes[-1]
+    assert any("MTP is off" in n for n in res.notes)
+    # a decoy projector is refused (and deleted) with the reason; the model still comes
+    assert res.projector is None and any("not usable for pictures" in n for n in res.notes)
 
 
 def test_underscore_drafter_is_refused_and_the_next_one_used(hub, files, tmp_path):
