@@ -39,7 +39,8 @@ class ChatView(QWidget):
     def clear(self) -> None:
         while self.msg_layout.count() > 1:
             w = self.msg_layout.takeAt(0).widget()
-            if w:
+            if w:  # out of the view now, not when the deferred delete runs (a nested loop may not run it)
+                w.setParent(None)
                 w.deleteLater()
 
     def show_messages(self, messages: list[Message]) -> None:

@@ -154,7 +154,7 @@ class MainWindow(QMainWindow):
         self.send_btn = QPushButton("Send")
         self.send_btn.clicked.connect(self._send_or_stop)
         self.attach_btn = QToolButton()
-        self.attach_btn.setText("📎")
+        self.attach_btn.setText("Attach…")
         self.attach_btn.clicked.connect(self.attach_files)
         inp.addWidget(self.input, 1)
         inp.addWidget(self.attach_btn)

@@ -644,3 +644,11 @@ def test_usable_at_800_by_600(qtbot, win):
         assert w.width() >= w.minimumSizeHint().width(), w  # nothing squeezed below its text
     assert win.chat_view.scroll.height() > 150 and win.input.isVisible()
     assert win.settings.get("show_charts", True) is True  # folding is not the user's choice: kept
+
+
+def test_switching_chats_leaves_no_old_message_on_screen(qtbot, win):
+    from app.widgets import MessageWidget
+
+    send(qtbot, win, "first chat")
+    win.new_conversation()  # no event loop turn in between: a deferred delete has not run yet
+    assert [w for w in win.chat_view.host.findChildren(MessageWidget) if w.isVisible()] == []
