@@ -353,22 +353,30 @@ def _quantize(src: Path, dst: Path, qtype: str) -> None:
 
 
 PROJECTOR = {"n_embd": 32, "n_head": 2, "n_ff": 64, "layers": 2, "patch": 4, "merge": 3, "pos": 256}
+AUDIO = {"n_embd": 32, "n_head": 2, "n_ff": 64, "layers": 1, "n_mel": 128, "conv_ch": 8, "kernel": 5}
 
 
-def write_projector(path: Path, n_embd_text: int, seed: int = 7, kind: str = "gemma4v") -> Path:
-    """A synthetic Gemma 4 vision projector (`clip` GGUF, projector type gemma4v) with random
-    weights, shaped as llama.cpp's tools/mtmd reads it (clip.cpp's loader, models/gemma4v.cpp's
-    graph): patch embedding conv, 2-D learned position tables, a small ViT with per-head Q/K
-    norms and Gemma 4's post norms, and the projection into the text model's width."""
+def write_projector(path: Path, n_embd_text: int, seed: int = 7, kind: str = "gemma4v", audio: bool = False) -> Path:
+    """A synthetic Gemma 4 projector (`clip` GGUF) with random weights, shaped as llama.cpp's
+    tools/mtmd reads it (clip.cpp's loader, models/gemma4v.cpp and gemma4a.cpp's graphs).
+    Vision (gemma4v): patch embedding conv, 2-D learned position tables, a small ViT with
+    per-head Q/K norms and Gemma 4's post norms, and the projection into the text width. With
+    `audio`, also a gemma4a conformer (as E2B/E4B's projector has both): two stride-2 convs over
+    the mel spectrogram, a block of half-step FFNs, chunked attention with relative positions,
+    a depthwise conv module, and its own projection into the text width."""
     import gguf
 
     c = PROJECTOR
     d, H, ff, p = c["n_embd"], c["n_head"], c["n_ff"], c["patch"]
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "clip")
-    w.add_name("Tandem synthetic gemma4 vision projector")
+    w.add_name("Tandem synthetic gemma4 projector")
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_string("clip.projector_type", kind)
+    if audio:  # two modalities: each names its projector type
+        w.add_string("clip.vision.projector_type", kind)
+        w.add_string("clip.audio.projector_type", "gemma4a")
+    else:
+        w.add_string("clip.projector_type", kind)
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
     w.add_uint32("clip.vision.embedding_length", d)
@@ -397,8 +405,40 @@ def write_projector(path: Path, n_embd_text: int, seed: int = 7, kind: str = "ge
         w.add_tensor(b + "ffn_gate.weight", _rand(rng, (ff, d), 1 / math.sqrt(d)))
         w.add_tensor(b + "ffn_down.weight", _rand(rng, (d, ff), 1 / math.sqrt(ff)))
     w.add_tensor("mm.input_projection.weight", _rand(rng, (n_embd_text, d), 1 / math.sqrt(d)))
+    if audio:
+        _audio_encoder(w, n_embd_text, rng)
     _finish(w)
     return path
+
+
+def _audio_encoder(w, n_embd_text: int, rng) -> None:
+    a = AUDIO
+    d, ff, ch, k = a["n_embd"], a["n_ff"], a["conv_ch"], a["kernel"]
+    w.add_bool("clip.has_audio_encoder", True)
+    w.add_uint32("clip.audio.embedding_length", d)
+    w.add_uint32("clip.audio.feed_forward_length", ff)
+    w.add_uint32("clip.audio.block_count", a["layers"])
+    w.add_uint32("clip.audio.attention.head_count", a["n_head"])
+    w.add_uint32("clip.audio.projection_dim", n_embd_text)
+    w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-6)
+    w.add_uint32("clip.audio.num_mel_bins", a["n_mel"])
+    w.add_tensor("a.conv1d.0.weight", _rand(rng, (ch, 1, 3, 3), 1 / 3))
+    w.add_tensor("a.conv1d.1.weight", _rand(rng, (ch, ch, 3, 3), 1 / math.sqrt(9 * ch)))
+    freq = a["n_mel"] // 4  # after two stride-2 convs
+    w.add_tensor("a.input_projection.weight", _rand(rng, (d, ch * freq), 1 / math.sqrt(ch * freq)))
+    for i in range(a["layers"]):
+        b = f"a.blk.{i}."
+        for name in ("ffn_norm", "attn_pre_norm", "norm_conv", "ffn_norm_1", "ln2", "attn_post_norm"):
+            w.add_tensor(b + name + ".weight", np.ones(d, np.float32))
+        for name in ("ffn_up", "ffn_up_1"):
+            w.add_tensor(b + name + ".weight", _rand(rng, (ff, d), 1 / math.sqrt(d)))
+        for name in ("ffn_down", "ffn_down_1"):
+            w.add_tensor(b + name + ".weight", _rand(rng, (d, ff), 1 / math.sqrt(ff)))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out", "attn_k_rel", "conv_pw2"):
+            w.add_tensor(b + name + ".weight", _rand(rng, (d, d), 1 / math.sqrt(d)))
+        w.add_tensor(b + "conv_pw1.weight", _rand(rng, (2 * d, d), 1 / math.sqrt(d)))  # GLU: twice as wide
+        w.add_tensor(b + "conv_dw.weight", _rand(rng, (d, k), 1 / math.sqrt(k)))  # causal depthwise, 4 left pad
+    w.add_tensor("mm.a.input_projection.weight", _rand(rng, (n_embd_text, d), 1 / math.sqrt(d)))
 
 
 def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 1.0,
@@ -443,6 +483,6 @@ def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 
         write_target(target, cfg, emb, rng_t, f16)
         write_drafter(drafter, cfg, emb, rng_d, f16)
     projector = out / f"mmproj-{tag}.gguf"  # found next to the target, as published repositories ship it
-    if not projector.exists():
-        write_projector(projector, cfg.n_embd)
+    if not projector.exists():  # pictures and audio, as E2B/E4B's projector has both
+        write_projector(projector, cfg.n_embd, audio=True)
     return target, drafter

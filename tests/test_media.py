@@ -34,6 +34,24 @@ def vision(tiny):
     e.close()
 
 
+def tone(seconds=2.0, hz=440) -> bytes:
+    """A WAV file: a sine tone, 16 kHz mono."""
+    import wave
+
+    t = np.arange(int(16000 * seconds)) / 16000
+    b = io.BytesIO()
+    with wave.open(b, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((0.3 * np.sin(2 * np.pi * hz * t) * 32767).astype(np.int16).tobytes())
+    return b.getvalue()
+
+
+def tiny_target(engine):
+    return engine.rt.target_info.path
+
+
 def ask(text, *images):
     return [{"role": "user", "content": text, "media": [load_media(i, f"img{n}.png") for n, i in enumerate(images)]}]
 
@@ -48,6 +66,24 @@ def test_mtp_after_an_image_equals_baseline(vision, k):
     mtp = vision.run(prompt, GenerationConfig(max_tokens=48, use_mtp=True, draft_max=k))
     assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0 and mtp.stats.acceptance_rate is not None
     assert mtp.tokens == base.tokens and len(base.tokens) == 48
+
+
+@pytest.mark.parametrize("k", [3, "auto"])
+def test_mtp_after_audio_equals_baseline(vision, k):
+    """E2B/E4B hear too: the synthetic projector has a gemma4a conformer beside the vision tower."""
+    assert vision.projector.audio
+    msgs = [{"role": "user", "content": "What do you hear?", "media": [load_media(tone(), "tone.wav")]}]
+    prompt = vision.format_chat(msgs)
+    assert sum(1 for t in prompt if t < 0) > 20  # the sound's positions
+    vision.reset()
+    base = vision.run(prompt, GenerationConfig(max_tokens=40, use_mtp=False))
+    vision.reset()
+    mtp = vision.run(prompt, GenerationConfig(max_tokens=40, use_mtp=True, draft_max=k))
+    assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0
+    assert mtp.tokens == base.tokens and len(base.tokens) == 40
+    with pytest.raises(MediaError, match="could not be decoded"):  # a WAV header with no sound after it
+        vision.format_chat([{"role": "user", "content": "x", "media": [
+            load_media(b"RIFF" + (36).to_bytes(4, "little") + b"WAVEfmt " + bytes(28), "empty.wav")]}])
 
 
 def test_a_different_image_gives_a_different_prompt_and_answer(vision):
@@ -106,9 +142,13 @@ def test_bad_media_is_refused_in_words(vision, engine07, tmp_path):
         load_media(tmp_path / "missing.png")
     with pytest.raises(MediaError, match="no projector"):
         engine07.format_chat(ask("What?", png()))
-    wav = b"RIFF" + (36).to_bytes(4, "little") + b"WAVEfmt " + bytes(28)
-    with pytest.raises(MediaError, match="reads no audio"):
-        vision.format_chat([{"role": "user", "content": "Listen", "media": [load_media(wav, "a.wav")]}])
+    eyes_only = Engine.load(tiny_target(vision), None, mmproj=write_projector(tmp_path / "mmproj-v.gguf", 64))
+    try:
+        assert eyes_only.projector.vision and not eyes_only.projector.audio
+        with pytest.raises(MediaError, match="reads no audio"):
+            eyes_only.format_chat([{"role": "user", "content": "Listen", "media": [load_media(tone(), "a.wav")]}])
+    finally:
+        eyes_only.close()
     # a big picture is scaled down before mtmd sees it, and the answer still comes
     big = load_media(png(3000, 1000), "wide.png")
     assert (big.nx, big.ny) == (2048, 683)
@@ -132,6 +172,13 @@ def test_cli_generate_with_an_image(tiny, tmp_path):
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     assert r["stats"]["mode"] == "mtp" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
+    sound = tmp_path / "tone.wav"
+    sound.write_bytes(tone())
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+                          "--audio", str(sound), "--image", str(photo), "--json", "--max-tokens", "8", "Describe both."],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stats"]["prompt_tokens"] > 130  # the picture's and the sound's positions
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"GIF89a not really")
     out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "--image", str(bad),

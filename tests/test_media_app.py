@@ -16,7 +16,7 @@ from app.window import MainWindow
 from engine.models.library import Library
 
 from .test_app import TIMEOUT, make_window, send
-from .test_media import png
+from .test_media import png, tone
 
 
 def _thumbs(w):
@@ -25,7 +25,8 @@ def _thumbs(w):
 
 def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=24, draft_max=3)
-    assert win.model_info["vision"] and not win.model_info["audio"] and win.attach_btn.isEnabled()
+    assert win.model_info["vision"] and win.model_info["audio"] and win.attach_btn.isEnabled()
+    assert "sounds" in win.attach_btn.toolTip()
     photo = tmp_path / "photo.png"
     photo.write_bytes(png(seed=4))
 
@@ -57,6 +58,16 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     ev = QDropEvent(QPointF(10, 10), Qt.CopyAction, drop, Qt.LeftButton, Qt.NoModifier)
     win.input.dropEvent(ev)
     assert [a.name for a in win.attach_bar.items] == ["photo.png"]
+
+    # a sound: a ♪ tile; sent with the question, the model hears it
+    win.attach_bar.clear()
+    sound = tmp_path / "tone.wav"
+    sound.write_bytes(tone())
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(sound)], ""))
+    win.attach_files()
+    assert [(a.name, a.kind) for a in win.attach_bar.items] == [("tone.wav", "audio")]
+    heard = send(qtbot, win, "What is this sound?")
+    assert heard.stats["media_s"] > 0 and "♪" in _thumbs(win._message_widgets()[-2])[0].text()
 
     # a file that is not a picture: one line, nothing attached
     win.attach_bar.clear()
