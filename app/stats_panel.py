@@ -131,7 +131,8 @@ class StatsBar(QWidget):
     TIPS = {
         "decode": "Speed: tokens written per second once the answer has started",
         "ttft": "Time to first token: from sending until the first word of the answer appears",
-        "prefill": "How fast the model read your conversation before answering (tokens per second)",
+        "prefill": "How fast the model read your conversation before answering (tokens per second); pictures "
+                   "and sounds are encoded apart first (the time after +), and only once per chat",
         "accept": "Share of the drafter's guesses the model accepted. High on code and repetitive text, "
                   "lower on creative prose",
         "steplen": "Tokens produced per pass of the big model: 1 without MTP; 3 means each pass produced "
@@ -238,7 +239,8 @@ class StatsBar(QWidget):
         f = lambda v, fmt: "–" if v is None else format(v, fmt)  # noqa: E731
         self._set("decode", f(s.get("decode_tps"), ".1f"))
         self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
-        self._set("prefill", f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–")
+        media = f" + {s['media_s']:.2f} s reading media" if s.get("media_s") else ""  # encoding, apart
+        self._set("prefill", (f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–") + media)
         ar = s.get("acceptance_rate")
         self._set("accept", f"{ar * 100:.0f} %" if ar is not None else
                   "off" if s.get("mode") == "baseline" else

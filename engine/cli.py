@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline-server", metavar="URL", help="with --server: the same model served without a "
                    "drafter, the baseline to compare with")
 
+    sv = sub.add_parser("serve", help="serve the model as a local OpenAI-compatible API (for editors)")
+    _add_load_args(sv)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
+                    "computer only; any other needs --api-key)")
+    sv.add_argument("--port", type=_positive(), default=8080)
+    sv.add_argument("--draft-max", type=_draft_length, default="auto",
+                    help="draft length for requests that do not choose (default auto)")
+    sv.add_argument("--cors", metavar="ORIGIN", help="allow browser pages from ORIGIN (default: none)")
+    sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait (default 4)")
+    sv.add_argument("--name", help="the model name clients see (default: the file's name)")
+
     mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
     msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
     msub.add_parser("list", help="the catalog, what fits this machine, and your models")
@@ -318,6 +329,25 @@ def _peak_memory(engine) -> dict:
             "mapped_files_mib": status.get("RssFile", 0.0), "files_mib": files / 2**20}
 
 
+def cmd_serve(args) -> int:
+    from pathlib import Path
+
+    from .server import check_host, run
+
+    if args.server:
+        raise ValueError("serve runs a local model: --server is for generate and bench")
+    check_host(args.host, args.api_key)  # before loading anything
+    engine = _load(args)
+    try:
+        name = args.name or Path(args.model).stem
+        print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
+              f"at http://{args.host}:{args.port}/v1", flush=True)
+        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max)
+    finally:
+        engine.close()
+    return 0
+
+
 def cmd_make_test_models(args) -> int:
     from .testmodels import make_test_models
 
@@ -332,7 +362,7 @@ def cmd_models(args) -> int:
     return models_cli.run(args)
 
 
-COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "make-test-models": cmd_make_test_models,
+COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "serve": cmd_serve, "make-test-models": cmd_make_test_models,
             "models": cmd_models}
 
 

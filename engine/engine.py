@@ -109,6 +109,8 @@ class Engine(Backend):
         self._control_text_cache: dict[str, bool] = {}
         self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
+        # held by whoever generates (the app's chat, `tandem serve`): one generation at a time, in turn
+        self.turn = threading.Lock()
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(

@@ -165,6 +165,11 @@ class RemoteBackend(Backend):
             raise RemoteError(f"The server at {self.base_url} has no model {model!r}; it serves: "
                               f"{', '.join(self.info.models[:8])}")
         self.model = model
+        # `tandem serve` switches drafting per request; other servers only when they start
+        self.can_switch_mtp = self.engine_name == "tandem"
+        if self.engine_name == "tandem":
+            entry = next((m for m in self._models if m.id == model), None)
+            self.info.speculative = bool((entry.model_extra or {}).get("mtp")) if entry is not None else None
         self._set_mtp(self.info.speculative)
 
     def _set_mtp(self, drafts: bool | None) -> None:
@@ -198,6 +203,7 @@ class RemoteBackend(Backend):
     def _probe(self) -> ServerInfo:
         try:
             page = self.client.models.list()
+            self._models = list(page.data)[:256]
             models = [m.id for m in page.data][:256]
             owners = {str(getattr(m, "owned_by", "") or "") for m in page.data}
         except Exception as e:
@@ -211,8 +217,8 @@ class RemoteBackend(Backend):
                 gen = props.get("default_generation_settings") or {}
                 n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
                 info.n_ctx = n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
-        elif "vllm" in owners:
-            info.engine = "vllm"
+        elif "vllm" in owners or "tandem" in owners:
+            info.engine = "vllm" if "vllm" in owners else "tandem"
             for m in page.data:
                 n = getattr(m, "max_model_len", None) or (m.model_extra or {}).get("max_model_len")
                 if m.id in models and isinstance(n, int):
@@ -267,6 +273,8 @@ class RemoteBackend(Backend):
         self.client.close()
         self.http.close()
 
+    _draft_label = "server"  # the draft length is the server's, except on tandem serve
+
     def _request(self, messages: list[dict], config, enable_thinking: bool, answer_prefix: str) -> dict:
         sp = config.sampling
         if any(m.get("media") for m in messages):
@@ -276,8 +284,11 @@ class RemoteBackend(Backend):
             msgs.append({"role": "assistant", "content": answer_prefix})  # servers continue
         extra = {"top_k": sp.top_k, "min_p": sp.min_p,
                  "chat_template_kwargs": {"enable_thinking": bool(enable_thinking)}}
-        if self.engine_name == "llama-server":
+        if self.engine_name in ("llama-server", "tandem"):
             extra.update(timings_per_token=True, repeat_penalty=sp.repeat_penalty, cache_prompt=True)
+        if self.engine_name == "tandem":  # what only Tandem's server does: drafting per request
+            extra["tandem"] = {"mtp": bool(config.use_mtp), "draft_max": config.draft_max}
+            self._draft_label = config.draft_max
         elif sp.repeat_penalty != 1.0:
             extra["repetition_penalty"] = sp.repeat_penalty
         if answer_prefix and self.engine_name == "vllm":
@@ -321,7 +332,8 @@ class RemoteBackend(Backend):
 
         reader = threading.Thread(target=read, name="tandem-remote-read", daemon=True)
         reader.start()
-        stats = GenerationStats(mode="remote", draft_max="server", engine=self.engine_name, drafts_reported=False)
+        stats = GenerationStats(mode="remote", draft_max=self._draft_label, engine=self.engine_name,
+                                drafts_reported=False)
         first = last = None
         counted = 0  # text pieces seen, when the server gives no token count
         finish = None
@@ -376,10 +388,10 @@ class RemoteBackend(Backend):
             pps = timings.get("prompt_per_second")
             if isinstance(pps, (int, float)) and pps > 0 and stats.prefill_tokens:
                 stats.prefill_s = stats.prefill_tokens / pps
-            if isinstance(timings.get("draft_n"), int):
-                stats.draft_tokens = timings["draft_n"]
-                stats.accepted_tokens = int(timings.get("draft_n_accepted") or 0)
-                stats.drafts_reported = True
+            # llama-server and tandem serve name draft_n only when they drafted: absent is zero
+            stats.draft_tokens = int(timings.get("draft_n") or 0)
+            stats.accepted_tokens = int(timings.get("draft_n_accepted") or 0)
+            stats.drafts_reported = True
         usage = chunk.usage
         if usage is not None:
             if usage.completion_tokens:

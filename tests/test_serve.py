@@ -1,0 +1,183 @@
+"""`tandem serve` as a real process on 127.0.0.1 with the synthetic pair, and the `openai` SDK
+as the real client: streaming and not, llama-server-style timings, per-request MTP off, stop
+strings, a disconnect cancels, a full queue answers 503, keys, malformed and oversize bodies,
+and Tandem's own remote backend talking to it (Compare on one server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx2 as httpx
+import openai
+import pytest
+
+from engine.backends.remote import RemoteBackend
+from engine.engine import GenerationConfig
+
+from .llamaserver import free_port
+
+MSGS = [{"role": "user", "content": "Hello world, this is a test"}]
+
+
+class Serve:
+    def __init__(self, tiny, *extra, drafter=True):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        args = [sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--port", str(self.port),
+                "--ctx", "8192", *extra] + (["-d", str(tiny[0.7])] if drafter else [])
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        t = time.time()
+        while time.time() - t < 120:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stdout.read().decode(errors="replace")[-3000:])
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("tandem serve did not start")
+
+    def health(self) -> dict:
+        return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).json()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    s = Serve(tiny, "--queue", "1")
+    yield s
+    s.stop()
+
+
+def client(server, key="none"):
+    return openai.OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=120)
+
+
+def test_streaming_chat_reports_drafts_and_mtp_off_gives_the_same_text(server):
+    c = client(server)
+    assert [m.id for m in c.models.list().data] == ["tiny-target"]
+    text, timings, usage = [], None, None
+    for chunk in c.chat.completions.create(model="tiny-target", messages=MSGS, max_tokens=64, stream=True,
+                                           stream_options={"include_usage": True},
+                                           extra_body={"timings_per_token": True}):
+        extra = chunk.model_extra or {}
+        if chunk.choices and chunk.choices[0].delta.content:
+            text.append(chunk.choices[0].delta.content)
+            assert "timings" in extra  # timings_per_token: on every chunk
+        timings = extra.get("timings", timings)
+        usage = chunk.usage or usage
+    assert timings["draft_n_accepted"] > 0 and timings["draft_n"] >= timings["draft_n_accepted"]
+    assert timings["predicted_n"] == 64 == usage.completion_tokens and timings["predicted_per_second"] > 0
+    off = c.chat.completions.create(model="x", messages=MSGS, max_tokens=64, extra_body={"tandem": {"mtp": False}})
+    assert off.choices[0].message.content == "".join(text)  # greedy: identical, without drafts
+    assert "draft_n" not in off.model_extra["timings"] and off.choices[0].finish_reason == "length"
+    k2 = c.chat.completions.create(model="x", messages=MSGS, max_tokens=64, extra_body={"tandem": {"draft_max": 2}})
+    assert k2.choices[0].message.content == "".join(text) and k2.model_extra["timings"]["draft_n"] > 0
+
+
+def test_completions_stop_strings_and_prefix_reuse(server):
+    c = client(server)
+    r = c.completions.create(model="x", prompt="a b c d", max_tokens=30)
+    full = r.choices[0].text
+    assert full and r.usage.completion_tokens == 30
+    cut = full[5:9]
+    r2 = c.completions.create(model="x", prompt="a b c d", max_tokens=30, stop=[cut])
+    assert r2.choices[0].text == full[:full.find(cut)] and r2.choices[0].finish_reason == "stop"
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(model="x", prompt="a b c d",
+                                                                         max_tokens=30, stop=cut, stream=True))
+    assert streamed == r2.choices[0].text
+    first = c.chat.completions.create(model="x", messages=MSGS, max_tokens=20)
+    follow = c.chat.completions.create(model="x", max_tokens=20, messages=MSGS + [
+        {"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "More?"}])
+    assert follow.model_extra["timings"]["cache_n"] > 10  # the conversation so far was not decoded again
+
+
+def test_a_client_that_goes_away_cancels_its_generation(server):
+    with httpx.stream("POST", server.url + "/chat/completions", timeout=60,
+                      json={"messages": MSGS, "max_tokens": 8000, "stream": True}) as r:
+        lines = r.iter_lines()
+        while not next(lines).startswith("data:"):
+            pass
+    t = time.time()
+    while time.time() - t < 60 and (server.health()["generating"] or not server.health()["last"]):
+        time.sleep(0.05)
+    last = server.health()["last"]
+    assert last["finish"] == "cancelled" and last["tokens"] < 8000
+
+
+def test_a_full_queue_answers_503_and_errors_have_openai_shape(server):
+    c = client(server)
+    done = []
+
+    def long():
+        done.append(c.chat.completions.create(model="x", messages=MSGS, max_tokens=8000).choices[0].finish_reason)
+
+    threads = [threading.Thread(target=long) for _ in range(2)]  # one runs, one waits (queue of 1)
+    for t in threads:
+        t.start()
+        time.sleep(0.3)
+    t0 = time.time()
+    while server.health()["waiting"] < 1 and time.time() - t0 < 30:
+        time.sleep(0.02)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model="x", messages=MSGS, max_tokens=5)
+    assert e.value.status_code == 503 and e.value.body["code"] == "queue_full"
+    for t in threads:
+        t.join()
+    assert done == ["length", "length"]
+    raw = httpx.post(server.url + "/chat/completions", content=b"{not json", timeout=10,
+                     headers={"Content-Type": "application/json"})
+    assert raw.status_code == 400 and "error" in raw.json() and "not valid JSON" in raw.json()["error"]["message"]
+    big = httpx.post(server.url + "/chat/completions", content=b"x" * (5 * 2**20), timeout=30,
+                     headers={"Content-Type": "application/json"})
+    assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="does not fit the context"):
+        c.chat.completions.create(model="x", messages=MSGS, max_tokens=100000)
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        c.chat.completions.create(model="x", messages=[], max_tokens=5)
+
+
+def test_keys_and_addresses(tiny):
+    out = subprocess.run([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--host", "0.0.0.0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "needs --api-key" in out.stderr
+    s = Serve(tiny, "--api-key", "sekret", drafter=False)
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            client(s).models.list()
+        assert client(s, "sekret").chat.completions.create(model="x", messages=MSGS, max_tokens=4).choices
+        assert httpx.get(f"http://127.0.0.1:{s.port}/health").status_code == 200  # health needs no key
+    finally:
+        s.stop()
+
+
+def test_tandems_remote_backend_talks_to_tandem_serve(server):
+    b = RemoteBackend(server.url)
+    try:
+        assert b.engine_name == "tandem" and b.can_switch_mtp and b.n_ctx == 8192
+        out = {}
+        for use_mtp in (True, False):  # Compare on one server: drafting per request
+            text, ev = [], None
+            for ev in b.chat(MSGS, GenerationConfig(max_tokens=40, use_mtp=use_mtp, draft_max=3)):
+                text.append(ev.answer)
+            out[use_mtp] = ("".join(text), ev.stats)
+        assert out[True][0] == out[False][0]
+        assert out[True][1].mode == "mtp" and out[True][1].accepted_tokens > 0
+        assert out[False][1].mode == "baseline"
+    finally:
+        b.close()
+    res = subprocess.run([sys.executable, "-m", "engine", "generate", "--server", server.url, "--json",
+                          "--max-tokens", "20", "Hello"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and json.loads(res.stdout)["stats"]["draft_tokens"] > 0
