@@ -139,6 +139,10 @@ class MainWindow(QMainWindow):
         self.stats_bar.show_charts(bool(self.settings.get("show_charts", True)))
         rl.addWidget(self.stats_bar)
         self.context_label = QLabel("context: –")
+        self.serve_label = QLabel("")
+        self.serve_label.setToolTip("The loaded model is served as an OpenAI-compatible API (File → Local API server)")
+        self.serve_label.hide()
+        self.statusBar().addPermanentWidget(self.serve_label)
         self.statusBar().addPermanentWidget(self.context_label)
         self.edit_banner = EditBanner()
         rl.addWidget(self.edit_banner)
@@ -169,6 +173,7 @@ class MainWindow(QMainWindow):
                                 ("Models…", self.open_models, QKeySequence.Open),
                                 ("Import GGUF…", self.import_model, None),
                                 ("Connections…", self.open_connections, None),
+                                ("Local API server…", self.open_server, None),
                                 ("Export chat as Markdown…", lambda: self.export("md"), None),
                                 ("Export chat as JSON…", lambda: self.export("json"), None),
                                 ("Settings…", self.open_settings, QKeySequence.Preferences),
@@ -312,6 +317,23 @@ class MainWindow(QMainWindow):
         self._update_controls()
         self.picker.refresh(current=current, status=status)
         self.statusBar().showMessage("Connecting…" if status == "connecting…" else "Loading model…")
+
+    def open_server(self) -> None:
+        """Serve on localhost: the loaded local model as an OpenAI-compatible API for editors."""
+        from .server_panel import ServerPanel
+
+        if getattr(self, "server_panel", None) is None:
+            self.server_panel = ServerPanel(
+                lambda: self.worker.engine if self.model_info and not self.model_info.get("remote") else None,
+                lambda: Path(self.model_info["target_name"]).stem if self.model_info else "model",
+                self.settings, self)
+            self.server_panel.changed.connect(self._serving)
+        self.server_panel.show()
+        self.server_panel.raise_()
+
+    def _serving(self, url: str) -> None:
+        self.serve_label.setText(f"serving {url}" if url else "")
+        self.serve_label.setVisible(bool(url))
 
     def open_connections(self) -> None:
         from .connections import ConnectionsDialog
@@ -924,6 +946,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, e):
         self.settings["geometry"] = bytes(self.saveGeometry().toBase64()).decode("ascii")
+        if getattr(self, "server_panel", None) is not None:
+            self.server_panel.stop()  # before the engine goes
         self._closing = True
         self.worker.request_close()
         self._shutdown.emit()

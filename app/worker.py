@@ -44,6 +44,7 @@ class EngineWorker(QObject):
         super().__init__()
         self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
         self.baseline = None  # remote only: the same model served without a drafter, for Compare
+        self._own_turn = None  # the engine's turn while the window's own reply runs
         self._closing = False
         self._stopped_rid = 0  # requests up to this id were stopped by the user
 
@@ -54,7 +55,8 @@ class EngineWorker(QObject):
         if rid is not None:
             self._stopped_rid = max(self._stopped_rid, rid)
         for e in (self.engine, self.baseline):
-            if e is not None:
+            # a local engine serving an editor right now is not the window's to stop
+            if e is not None and (getattr(e, "turn", None) is None or self._own_turn is not None):
                 e.cancel()
 
     def request_close(self) -> None:
@@ -158,13 +160,30 @@ class EngineWorker(QObject):
         def stopped() -> bool:
             return self._closing or rid <= self._stopped_rid
 
-        if stopped():
-            self.failed.emit(rid, "cancelled", "")
-            return
         e = self.baseline if cfg.get("backend") == "baseline" else self.engine
         if e is None:
             self.failed.emit(rid, "error", "No baseline server is connected.")
             return
+        # the local engine may be serving an editor (tandem serve in the app): wait for its turn,
+        # still answering Stop while waiting
+        turn = getattr(e, "turn", None)
+        acquired = turn is None
+        while not acquired and not stopped():
+            acquired = turn.acquire(timeout=0.1)
+        if stopped():
+            if acquired and turn is not None:
+                turn.release()
+            self.failed.emit(rid, "cancelled", "")
+            return
+        self._own_turn = turn
+        try:
+            self._generate(rid, messages, cfg, e, stopped)
+        finally:
+            self._own_turn = None
+            if turn is not None:
+                turn.release()
+
+    def _generate(self, rid, messages, cfg, e, stopped) -> None:
         try:
             messages = self._with_media(messages)
             sp = SamplingParams(temperature=float(cfg.get("temperature", 0.0)), top_k=int(cfg.get("top_k", 64)),
