@@ -388,9 +388,10 @@ class MainWindow(QMainWindow):
         busy = self._active is not None
         has_mtp = bool(loaded and self.model_info["has_mtp"])
         remote = bool(loaded and self.model_info.get("remote"))
-        self.mtp_switch.setEnabled(has_mtp and not remote)
-        self.draft_spin.setEnabled(has_mtp and not remote and self.mtp_switch.isChecked())
-        if remote:
+        fixed = remote and not self.model_info.get("can_switch_mtp")  # the server decides, not each request
+        self.mtp_switch.setEnabled(has_mtp and not fixed)
+        self.draft_spin.setEnabled(has_mtp and not fixed and self.mtp_switch.isChecked())
+        if fixed:
             self.mtp_switch.setToolTip(f"{self.model_info['engine']} decides about drafting when it starts, not per "
                                        "request" + (f": {self.model_info['mtp_reason']}" if self.model_info["mtp_reason"]
                                                     else ": it drafts"))
@@ -781,7 +782,8 @@ class MainWindow(QMainWindow):
         msgs = self._with_system([{"role": "user", "content": text}])
         self.stack.setCurrentIndex(1)
         info = self.model_info
-        servers = (info.get("baseline_server", "baseline server"), info["remote"]["server"]) if info.get("remote") else None
+        servers = ((info.get("baseline_server") or info["remote"]["server"], info["remote"]["server"])
+                   if info.get("remote") else None)
         self.compare_page.start(text, self.settings["temperature"] <= 0, self.draft_spin.value() or "auto", servers)
         self._compare_msgs = msgs
         self.stats_bar.reset()
@@ -808,7 +810,7 @@ class MainWindow(QMainWindow):
         self._update_controls()
         # fresh cache for each run, so both pay the same prefill; same seed for sampling
         cfg = self._gen_config(use_mtp=use_mtp, fresh=True, seed=1234)
-        if self.model_info.get("remote") and not use_mtp:
+        if self.model_info.get("remote") and not use_mtp and not self.model_info.get("can_switch_mtp"):
             cfg["backend"] = "baseline"  # servers cannot switch drafting off: the baseline server runs it
         self._generate.emit(self._rid, self._compare_msgs, cfg)
 

@@ -145,9 +145,10 @@ class EngineWorker(QObject):
             "target": "", "drafter": "", "target_name": e.model, "drafter_name": "",
             "n_ctx": e.n_ctx or 0, "has_mtp": bool(e.has_mtp), "mtp_reason": e.mtp_reason,
             "remote": {"connection": spec.get("connection", ""), "model": e.model, "server": e.base_url},
-            "engine": e.engine_name, "can_switch_mtp": False, "has_baseline": self.baseline is not None,
+            "engine": e.engine_name, "can_switch_mtp": e.can_switch_mtp,
+            "has_baseline": self.baseline is not None or e.can_switch_mtp,
             "baseline_server": self.baseline.base_url if self.baseline else "",
-            "baseline_note": baseline_note or ("" if self.baseline else
+            "baseline_note": baseline_note or ("" if self.baseline or e.can_switch_mtp else
                                                "Compare needs a baseline server: the same model served without "
                                                "a drafter (servers cannot switch drafting per request). Add its "
                                                "address to this connection in Settings → Connections."),
