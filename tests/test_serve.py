@@ -122,7 +122,7 @@ def test_a_full_queue_answers_503_and_errors_have_openai_shape(server):
     done = []
 
     def long():
-        done.append(c.chat.completions.create(model="x", messages=MSGS, max_tokens=8000).choices[0].finish_reason)
+        done.append(c.chat.completions.create(model="x", messages=MSGS, max_tokens=3000).choices[0].finish_reason)
 
     threads = [threading.Thread(target=long) for _ in range(2)]  # one runs, one waits (queue of 1)
     for t in threads:
