@@ -45,6 +45,7 @@ class EngineWorker(QObject):
         self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
         self.baseline = None  # remote only: the same model served without a drafter, for Compare
         self._own_turn = None  # the engine's turn while the window's own reply runs
+        self._media_cache: OrderedDict = OrderedDict()  # attachment path -> decoded Media
         self._closing = False
         self._stopped_rid = 0  # requests up to this id were stopped by the user
 
@@ -262,7 +263,7 @@ class EngineWorker(QObject):
 
         if not any(m.get("attachments") for m in messages):
             return messages
-        cache = self.__dict__.setdefault("_media_cache", OrderedDict())
+        cache = self._media_cache
         out = []
         for m in messages:
             files = m.get("attachments") or []

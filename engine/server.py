@@ -272,7 +272,7 @@ def _config(engine, req: Sampling, default_k="auto"):
     return GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed)
 
 
-async def _generate(state: ServerState, start: Callable, request: Request):
+async def _generate(state: ServerState, start: Callable):
     """The engine's events for one request, on a worker thread, in turn with the others."""
     if state.waiting >= state.queue_size:
         raise ApiError(503, f"The server is busy ({state.queue_size} requests waiting); try again shortly",
@@ -329,6 +329,32 @@ async def _generate(state: ServerState, start: Callable, request: Request):
         fut.add_done_callback(ended)
 
 
+class StopStrings:
+    """Stop strings: the text is held back while it could be the start of one, and cut where
+    one begins."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.sent, self.text, self.hit = 0, "", False
+
+    def feed(self, piece: str) -> str:
+        self.text += piece
+        for s in self.stops:
+            i = self.text.find(s, max(0, self.sent - len(s)))
+            if s and i >= 0:
+                self.text, self.hit = self.text[:i], True
+        hold = 0 if self.hit else max((n for s in self.stops for n in range(len(s), 0, -1)
+                                       if self.text.endswith(s[:n])), default=0)
+        out = self.text[self.sent:len(self.text) - hold]
+        self.sent += len(out)
+        return out
+
+    def rest(self) -> str:
+        out = self.text[self.sent:]
+        self.sent = len(self.text)
+        return out
+
+
 def _api_error(e: Exception) -> ApiError:
     if isinstance(e, ApiError):
         return e
@@ -361,33 +387,10 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
             return {"index": 0, "delta": delta, "finish_reason": finish}
         return {"index": 0, "text": text, "finish_reason": finish}
 
-    class Stopper:
-        """Stop strings: the text is held back while it could be the start of one."""
-
-        def __init__(self):
-            self.sent, self.text, self.hit = 0, "", False
-
-        def feed(self, piece: str) -> str:
-            self.text += piece
-            for s in stops:
-                i = self.text.find(s, max(0, self.sent - len(s)))
-                if s and i >= 0:
-                    self.text, self.hit = self.text[:i], True
-            hold = 0 if self.hit else max((n for s in stops for n in range(len(s), 0, -1)
-                                           if self.text.endswith(s[:n])), default=0)
-            out = self.text[self.sent:len(self.text) - hold]
-            self.sent += len(out)
-            return out
-
-        def rest(self) -> str:
-            out = self.text[self.sent:]
-            self.sent = len(self.text)
-            return out
-
     def finish_of(stats, stopper) -> str:
         return "stop" if stopper.hit else {"length": "length", "context": "length"}.get(stats.finish_reason, "stop")
 
-    gen = _generate(state, start, request)
+    gen = _generate(state, start)
     if req.stream:
         # the first event is awaited here, so what fails before any text (a full queue, a prompt
         # longer than the context) gets its HTTP status, not a 200 with an error inside
@@ -406,7 +409,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
                     yield ev
 
         async def events():
-            stopper, stats = Stopper(), None
+            stopper, stats = StopStrings(stops), None
             try:
                 async for ev in chained():
                     stats = ev.stats
@@ -443,7 +446,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
 
         return EventSourceResponse(events(), ping=15)
 
-    stopper, stats, thinking = Stopper(), None, []
+    stopper, stats, thinking = StopStrings(stops), None, []
     try:
         async for ev in gen:
             stats = ev.stats
