@@ -8,23 +8,23 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEventLoop, QThread, QTimer, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QFileDialog, QHBoxLayout, QLabel, QMainWindow,
-                               QMessageBox, QPushButton, QSplitter, QToolButton,
+from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
 from engine.models.library import Library
 
 from . import help_text
 from .chat_list import ChatList
-from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, from_mime, read_file
-from .chat_view import ChatView, EditBanner
+from .attachments import Attachment
+from .chat_view import ChatView
+from .composer import Composer
 from .compare import ComparePage
 from .safe_text import message
 from .settings import Settings
 from .store import Store, chat_title, file_name
 from .stats_panel import StatsBar
 from .toolbar import ChatToolbar
-from .widgets import InputBox, MessageWidget
+from .widgets import MessageWidget
 from .worker import EngineWorker
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
@@ -144,26 +144,15 @@ class MainWindow(QMainWindow):
         self.serve_label.hide()
         self.statusBar().addPermanentWidget(self.serve_label)
         self.statusBar().addPermanentWidget(self.context_label)
-        self.edit_banner = EditBanner()
-        rl.addWidget(self.edit_banner)
-        self.attach_bar = AttachmentBar()
-        rl.addWidget(self.attach_bar)
-        inp = QHBoxLayout()
-        self.input = InputBox()
-        self.input.media.connect(self._media_pasted)
-        self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
-        self.input.setFixedHeight(84)
+        self.composer = Composer(self._media_refusal)
+        c = self.composer
+        self.input, self.send_btn, self.attach_btn = c.input, c.send_btn, c.attach_btn
+        self.attach_bar, self.edit_banner = c.attach_bar, c.edit_banner
         self.input.send.connect(self.send)
         self.input.stop.connect(lambda: self.cancel_edit() if self._editing else self.stop())
-        self.send_btn = QPushButton("Send")
         self.send_btn.clicked.connect(self._send_or_stop)
-        self.attach_btn = QToolButton()
-        self.attach_btn.setText("Attach…")
-        self.attach_btn.clicked.connect(self.attach_files)
-        inp.addWidget(self.input, 1)
-        inp.addWidget(self.attach_btn)
-        inp.addWidget(self.send_btn)
-        rl.addLayout(inp)
+        c.refused.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        rl.addWidget(c)
         split.addWidget(right)
         split.setSizes([240, 940])
         self.setCentralWidget(split)
@@ -663,31 +652,12 @@ class MainWindow(QMainWindow):
 
     # ---- attachments ------------------------------------------------------------------
     def attach_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach pictures or sounds", "", FILE_FILTER)
-        items = []
-        for p in paths:
-            try:
-                items.append(read_file(p))
-            except AttachmentError as e:
-                message(self, QMessageBox.Warning, "Cannot attach", str(e))
-        self._add_attachments(items)
+        self.composer.attach_files()
 
-    def _media_pasted(self, mime) -> None:
-        try:
-            self._add_attachments(from_mime(mime))
-        except AttachmentError as e:
-            message(self, QMessageBox.Warning, "Cannot attach", str(e))
-
-    def _add_attachments(self, items) -> None:
-        """Pending attachments, if the loaded model reads them; else one line why not."""
+    def _media_refusal(self, kind: str) -> str | None:
+        """None when the loaded model reads this kind of attachment, else why not."""
         info = self.model_info or {}
-        for item in items:
-            ok = info.get("vision") if item.kind == "image" else info.get("audio")
-            if not ok:
-                why = self._media_unavailable(item.kind)
-                self.statusBar().showMessage(f"Cannot attach {item.name}: {why}", 8000)
-                continue
-            self.attach_bar.add(item)
+        return None if info.get("vision" if kind == "image" else "audio") else self._media_unavailable(kind)
 
     def _media_unavailable(self, kind: str) -> str:
         info = self.model_info or {}

@@ -75,7 +75,7 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     bad = tmp_path / "notes.png"
     bad.write_bytes(b"not a picture")
     shown = []
-    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.composer.message", lambda p, icon, title, text, *a: shown.append(text))
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(bad)], ""))
     win.attach_files()
     assert not win.attach_bar.items and len(shown) == 1 and "notes.png" in shown[0]
