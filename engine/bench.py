@@ -202,17 +202,18 @@ def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, prog
     with one. Greedy; outputs are compared as text (servers do not return token ids)."""
     chats = [p["messages"] if "messages" in p else [{"role": "user", "content": p["prompt"]}] for p in prompts]
 
-    def run(backend, msgs, n):
+    def run(backend, msgs, n, use_mtp=True):
+        # use_mtp reaches servers that switch drafting per request (tandem serve); others ignore it
         text, ev = [], None
-        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0)):
+        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, use_mtp=use_mtp)):
             text.append(ev.answer)
         return "".join(text), ev.stats
 
-    for b in (base, mtp):  # warm-up: the first request pays for allocations, not counted
-        run(b, chats[0], 8)
+    for b, on in ((base, False), (mtp, True)):  # warm-up: the first request pays for allocations
+        run(b, chats[0], 8, on)
     base_agg, mtp_agg, base_text = Aggregate("baseline"), Aggregate("mtp", "server"), []
     for i, msgs in enumerate(chats):
-        text, s = run(base, msgs, max_tokens)
+        text, s = run(base, msgs, max_tokens, use_mtp=False)
         base_agg.runs.append(s)
         base_text.append(text)
         if progress:

@@ -287,13 +287,14 @@ def _bench_remote(args) -> int:
     drafter (--baseline-server), since servers choose speculation per server."""
     from .bench import format_table, load_prompts, run_remote_bench
 
-    if not args.baseline_server:
-        raise ValueError("bench on a server needs --baseline-server URL: the same model served without a "
-                         "drafter (servers cannot switch drafting per request)")
     prompts = load_prompts(args.prompts)
     mtp = _load(args)
     try:
-        base = _remote(args.baseline_server, args, args.model or mtp.model)
+        if not args.baseline_server and not mtp.can_switch_mtp:
+            raise ValueError("bench on a server needs --baseline-server URL: the same model served without a "
+                             "drafter (servers cannot switch drafting per request; tandem serve can)")
+        # tandem serve switches drafting per request: one server is both sides
+        base = _remote(args.baseline_server, args, args.model or mtp.model) if args.baseline_server else mtp
         try:
             print(f"MTP      {mtp.engine_name} at {mtp.base_url}, model {mtp.model}\n"
                   f"baseline {base.engine_name} at {base.base_url}, model {base.model}\n"
@@ -306,7 +307,8 @@ def _bench_remote(args) -> int:
                 with open(args.json, "w", encoding="utf-8") as f:
                     json.dump(res, f, indent=2)
         finally:
-            base.close()
+            if base is not mtp:
+                base.close()
     finally:
         mtp.close()
     return 0

@@ -25,12 +25,19 @@ echo "Building llama-server $LLAMA_VERSION for this machine (a few minutes, once
 tar -xzf "$work"/llama_cpp_python-"$LLAMA_VERSION".tar.gz -C "$work"
 src="$work/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 # no web UI (nothing is fetched during the build), no HTTPS, static: one file to cache
+# CMake (and Ninja) from PyPI where the system has none, as llama-cpp-python's own build does
+CMAKE=$(command -v cmake || true)
+if [ -z "$CMAKE" ]; then
+  "$PY" -m pip install -q cmake ninja >&2
+  CMAKE="$(dirname "$PY")/cmake"
+  export PATH="$(dirname "$PY"):$PATH"
+fi
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"
-eval cmake -S "$src" -B "$work/build" $gen -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+eval "\"$CMAKE\"" -S "$src" -B "$work/build" $gen -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF "$flags" >&2
-cmake --build "$work/build" --target llama-server -j "$(nproc 2>/dev/null || sysctl -n hw.ncpu)" >&2
+"$CMAKE" --build "$work/build" --target llama-server -j "$(nproc 2>/dev/null || sysctl -n hw.ncpu)" >&2
 mkdir -p "$out"
 cp "$work/build/bin/llama-server" "$out/llama-server.tmp"
 mv "$out/llama-server.tmp" "$out/llama-server"

@@ -201,3 +201,16 @@ def test_the_window_compares_on_one_tandem_server(qtbot, tmp_path, tiny, server)
     assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
     assert page.base.result["answer"] == page.mtp.result["answer"] and "identical output" in page.verdict.text()
     win.close()
+
+
+def test_bench_on_one_tandem_server(server, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello world, this is a test"}\n{"prompt": "a b c d e f g"}\n')
+    out = subprocess.run([sys.executable, "-m", "engine", "bench", "--server", server.url, "--prompts", str(prompts),
+                          "--max-tokens", "40", "--json", str(tmp_path / "b.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads((tmp_path / "b.json").read_text())
+    assert res["engine"] == res["baseline_engine"] == "tandem"
+    assert res["baseline"]["draft_tokens"] == 0 and res["mtp"][0]["draft_tokens"] > 0
+    assert res["mtp"][0]["identical"] == 2  # greedy: the same text with and without drafting
