@@ -99,8 +99,10 @@ class Aggregate:
         decoded = sum(max(0, r.generated_tokens - 1) for r in self.runs)
         d["decode_tps"] = decoded / s.decode_s if s.decode_s > 0 else None
         d["prompts"] = len(self.runs)
-        # per-token costs inside llama.cpp, for the ideal speed-up
-        if self.mode == "mtp" and s.steps:
+        # per-token costs inside llama.cpp, for the ideal speed-up (not timed on a server)
+        if s.engine != "llama.cpp":
+            pass
+        elif self.mode == "mtp" and s.steps:
             d["draft_step_ms"] = 1e3 * s.draft_llama_s / max(1, s.draft_tokens)
             d["verify_ms"] = 1e3 * (s.llama_s - s.draft_llama_s) / s.steps
         elif s.steps:
