@@ -41,6 +41,14 @@ def send(qtbot, w, text):
     return w._message_widgets()[-1]
 
 
+def compare(qtbot, w, text):
+    """Run Compare on `text` and wait for its verdict; the page."""
+    w.input.setPlainText(text)
+    w.compare()
+    qtbot.waitUntil(lambda: w.compare_page.concluded, timeout=TIMEOUT)
+    return w.compare_page
+
+
 def test_send_streams_and_finishes_with_stats(qtbot, win):
     chunks = []
     win.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from app.connections import ConnectionEditor, load_connections, save_connections
 
 from .llamaserver import LlamaServer
-from .test_app import TIMEOUT, make_window, send
+from .test_app import TIMEOUT, compare, make_window, send
 
 
 def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, llama_server_bin):
@@ -53,10 +53,7 @@ def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, lla
         win.load_remote("lab server", win.model_info["target_name"])
         qtbot.waitUntil(lambda: win.model_info is not None, timeout=TIMEOUT)
         assert win.model_info["has_baseline"] and win.compare_btn.isEnabled()
-        win.input.setPlainText("a b c d e f g")
-        win.compare()
-        qtbot.waitUntil(lambda: win.compare_page.concluded, timeout=TIMEOUT)
-        page = win.compare_page
+        page = compare(qtbot, win, "a b c d e f g")
         assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
         assert page.base.result["answer"] and "tok/s" in page.verdict.text()
         assert base.url in page.base.title.text() and mtp_server.url in page.mtp.title.text()

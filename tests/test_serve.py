@@ -187,17 +187,14 @@ def test_the_window_compares_on_one_tandem_server(qtbot, tmp_path, tiny, server)
     """Connected to `tandem serve`, the MTP switch works per request and Compare needs no second server."""
     from app.connections import Connection, save_connections
 
-    from .test_app import TIMEOUT, make_window
+    from .test_app import TIMEOUT, compare, make_window
 
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
     save_connections(win.settings, [Connection("here", server.url, models=["tiny-target"], engine="tandem")])
     win.load_remote("here", "tiny-target")
     qtbot.waitUntil(lambda: win.model_info is not None and bool(win.model_info.get("remote")), timeout=TIMEOUT)
     assert win.model_info["can_switch_mtp"] and win.compare_btn.isEnabled()
-    win.input.setPlainText("a b c d e f g")
-    win.compare()
-    qtbot.waitUntil(lambda: win.compare_page.concluded, timeout=TIMEOUT)
-    page = win.compare_page
+    page = compare(qtbot, win, "a b c d e f g")
     assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
     assert page.base.result["answer"] == page.mtp.result["answer"] and "identical output" in page.verdict.text()
     win.close()
