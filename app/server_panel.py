@@ -30,8 +30,10 @@ class ServerPanel(QDialog):
         self.relay = _LogRelay(self)
         self.relay.entry.connect(self._logged)
         lay = QVBoxLayout(self)
-        lay.addWidget(QLabel("Editors and tools that speak the OpenAI API can use the loaded model, with MTP, "
-                             "offline. Only this computer can connect (127.0.0.1)."))
+        intro = QLabel("Editors and tools that speak the OpenAI API can use the loaded model, with MTP, "
+                       "offline. Only this computer can connect (127.0.0.1).")
+        intro.setWordWrap(True)
+        lay.addWidget(intro)
         row = QHBoxLayout()
         self.switch = QCheckBox("Serve on localhost, port")
         self.switch.toggled.connect(self._toggled)
