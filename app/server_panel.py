@@ -78,7 +78,8 @@ class ServerPanel(QDialog):
             self._set_switch(False)
             return False
         name = self.model_name_getter()
-        state = ServerState(self.engine_getter, name, on_log=self.relay.entry.emit)
+        # the engine and its name are looked up per request: loading another model serves that one
+        state = ServerState(self.engine_getter, self.model_name_getter, on_log=self.relay.entry.emit)
         try:
             server = BackgroundServer(state, "127.0.0.1", self.port.value())
             server.start()

@@ -21,7 +21,7 @@ import numpy as np
 
 from .backends.base import Backend
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
-from .errors import ContextOverflowError, EngineError, MTPUnavailableError
+from .errors import ContextOverflowError, EngineError, ModelUnloaded, MTPUnavailableError
 from .llama import lib
 from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
 from .sampling import SamplingParams
@@ -111,6 +111,7 @@ class Engine(Backend):
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
         # held by whoever generates (the app's chat, `tandem serve`): one generation at a time, in turn
         self.turn = threading.Lock()
+        self.closed = False
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(
@@ -148,12 +149,22 @@ class Engine(Backend):
                                    use_gpu=self.rt.options.target_gpu_layers != 0)
 
     def close(self) -> None:
+        """Free the models. Waits for a generation in progress (it is cancelled first) and for
+        the turn of whoever holds it; afterwards every call refuses with EngineError instead of
+        touching freed memory (a request `tandem serve` had queued may still arrive)."""
         self.cancel()
-        with self._busy:
+        with self.turn, self._busy:
+            if self.closed:
+                return
+            self.closed = True
             if self.projector is not None:  # it reads the target's vocabulary: freed first
                 self.projector.close()
                 self.projector = None
             self.rt.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ModelUnloaded("the model was unloaded; send the request again to use the loaded one")
 
     @property
     def has_mtp(self) -> bool:
@@ -183,6 +194,7 @@ class Engine(Backend):
 
     # ---- text <-> tokens -----------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        self._check_open()
         data = text.encode("utf-8")
         n_max = len(data) + 16
         buf = (lib.llama_token * n_max)()
@@ -382,11 +394,13 @@ class Engine(Backend):
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
              enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
              answer_prefix: str = "") -> Iterator[GenerationEvent]:
+        self._check_open()
         return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix), config)
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
         """Check the request now (errors raise here, not on first iteration), then stream."""
+        self._check_open()
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")

@@ -32,3 +32,7 @@ class TemplateError(TandemError):
 
 class EngineError(TandemError):
     """llama.cpp refused an operation (load, context creation, decode)."""
+
+
+class ModelUnloaded(EngineError):
+    """The engine was closed (another model was loaded) before a request reached it."""

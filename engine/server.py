@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
-from .errors import ContextOverflowError, TandemError
+from .errors import ContextOverflowError, ModelUnloaded, TandemError
 from .sampling import SamplingParams
 
 MAX_BODY_BYTES = 4 * 2**20
@@ -149,7 +149,7 @@ class ServerState:
     """What the app shows about the server: its requests as they come and go."""
 
     engine_getter: Callable[[], Any]  # the engine to use now (the app may load another model)
-    model_name: str
+    model_name: str | Callable[[], str]  # the name clients see (a callable: the loaded model's, now)
     api_key: str | None = None
     queue_size: int = 4
     draft_max: int | str = "auto"  # for requests that do not choose
@@ -157,6 +157,10 @@ class ServerState:
     last: dict = field(default_factory=dict)  # the latest generation: tokens and how it ended
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     on_log: Callable[[dict], None] | None = None  # one entry per finished request
+
+    @property
+    def name(self) -> str:
+        return self.model_name() if callable(self.model_name) else self.model_name
 
     def log(self, **entry) -> None:
         if self.on_log is not None:
@@ -229,7 +233,7 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     @app.get("/v1/models")
     async def models():
         e = state.engine_getter()
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
+        return {"object": "list", "data": [{"id": state.name, "object": "model", "created": 0,
                                             "owned_by": "tandem", "max_model_len": e.n_ctx if e else None,
                                             "mtp": bool(e and e.has_mtp)}]}
 
@@ -358,6 +362,8 @@ class StopStrings:
 def _api_error(e: Exception) -> ApiError:
     if isinstance(e, ApiError):
         return e
+    if isinstance(e, ModelUnloaded):  # the app loaded another model meanwhile: try again
+        return ApiError(503, str(e), "server_error", "model_unloaded")
     if isinstance(e, ContextOverflowError):
         return ApiError(400, str(e), code="context_length_exceeded")
     if isinstance(e, (TandemError, ValueError)):
@@ -417,7 +423,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
                     thinking = ev.thinking if kind == "chat" else ""
                     if text or thinking:
                         chunk = {"id": rid, "object": obj + ".chunk" if kind == "chat" else obj, "created": created,
-                                 "model": state.model_name, "choices": [choice(text, thinking, None)]}
+                                 "model": state.name, "choices": [choice(text, thinking, None)]}
                         if req.timings_per_token:
                             chunk["timings"] = _timings(stats)
                         yield {"data": json.dumps(chunk)}
@@ -433,12 +439,12 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
                 return
             tail = stopper.rest()
             final = {"id": rid, "object": obj + ".chunk" if kind == "chat" else obj, "created": created,
-                     "model": state.model_name, "choices": [choice(tail, "", finish_of(stats, stopper))],
+                     "model": state.name, "choices": [choice(tail, "", finish_of(stats, stopper))],
                      "timings": _timings(stats)}
             yield {"data": json.dumps(final)}
             if req.stream_options and req.stream_options.include_usage:
                 yield {"data": json.dumps({"id": rid, "object": obj + ".chunk" if kind == "chat" else obj,
-                                           "created": created, "model": state.model_name, "choices": [],
+                                           "created": created, "model": state.name, "choices": [],
                                            "usage": _usage(stats), "timings": _timings(stats)})}
             yield {"data": "[DONE]"}
             state.log(kind=kind, stream=True, tokens=stats.generated_tokens, tps=stats.decode_tps,
@@ -470,7 +476,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
         ch = {"index": 0, "text": text, "finish_reason": finish_of(stats, stopper)}
     state.log(kind=kind, stream=False, tokens=stats.generated_tokens, tps=stats.decode_tps,
               accepted=stats.acceptance_rate, seconds=time.perf_counter() - t0)
-    return {"id": rid, "object": obj, "created": created, "model": state.model_name, "choices": [ch],
+    return {"id": rid, "object": obj, "created": created, "model": state.name, "choices": [ch],
             "usage": _usage(stats), "timings": _timings(stats)}
 
 

@@ -223,3 +223,16 @@ def test_continue_a_cut_reply_equals_the_uncut_reply(gemma3_path):
         assert plain[-1] != e.tokenize("<end_of_turn>", add_special=False, parse_special=True)[-1]
     finally:
         e.close()
+
+
+def test_a_closed_engine_refuses_work_instead_of_touching_freed_models(tiny):
+    """The window may unload a model while `tandem serve` has a request queued for it."""
+    from engine.errors import EngineError
+
+    e = Engine.load(tiny["target"], tiny[0.7])
+    e.close()
+    with pytest.raises(EngineError, match="unloaded"):
+        e.chat([{"role": "user", "content": "hi"}], GenerationConfig(max_tokens=4))
+    with pytest.raises(EngineError, match="unloaded"):
+        e.generate([1, 2, 3], GenerationConfig(max_tokens=4))
+    e.close()  # twice is harmless

@@ -33,3 +33,25 @@ def test_serve_on_localhost_from_the_window(qtbot, tmp_path, tiny):
     except openai.APIConnectionError:
         pass
     win.close()
+
+
+def test_loading_another_model_while_serving_serves_that_one(qtbot, tmp_path, tiny):
+    import shutil
+
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
+    win.open_server()
+    panel = win.server_panel
+    panel.port.setValue(free_port())
+    panel.switch.setChecked(True)
+    c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=60)
+    assert [m.id for m in c.models.list().data] == ["tiny-target"]
+    other = tmp_path / "other"
+    other.mkdir()
+    t = shutil.copy(tiny["target"], other / "second-model.gguf")
+    win.load_models(str(t), "")
+    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["target"] == str(t), timeout=TIMEOUT)
+    assert [m.id for m in c.models.list().data] == ["second-model"]
+    r = c.chat.completions.create(model="second-model", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content and "draft_n" not in r.model_extra["timings"]  # no drafter now
+    panel.switch.setChecked(False)
+    win.close()
