@@ -39,9 +39,8 @@ class ChatView(QWidget):
     def clear(self) -> None:
         while self.msg_layout.count() > 1:
             w = self.msg_layout.takeAt(0).widget()
-            if w:  # out of the view now, not when the deferred delete runs (a nested loop may not run it)
-                w.setParent(None)
-                w.deleteLater()
+            if w:
+                self.remove(w)
 
     def show_messages(self, messages: list[Message]) -> None:
         self.clear()
@@ -65,6 +64,7 @@ class ChatView(QWidget):
         return w
 
     def remove(self, w: MessageWidget) -> None:
+        # out of the view now, not when the deferred delete runs (a nested event loop may not run it)
         w.setParent(None)
         w.deleteLater()
 

@@ -908,8 +908,7 @@ class MainWindow(QMainWindow):
         font = self.font()
         font.setPointSizeF(self._base_font_size * float(self.settings.get("font_scale", 1.0)))
         self.setFont(font)  # children follow their window's font
-        for w in self._message_widgets():
-            w.refresh()
+        self.chat_view.refresh()
 
     def restore_geometry(self) -> None:
         data = self.settings.get("geometry") or ""

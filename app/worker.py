@@ -44,7 +44,7 @@ class EngineWorker(QObject):
         super().__init__()
         self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
         self.baseline = None  # remote only: the same model served without a drafter, for Compare
-        self._own_turn = None  # the engine's turn while the window's own reply runs
+        self._replying = False  # the window's own reply holds the engine's turn
         self._media_cache: OrderedDict = OrderedDict()  # attachment path -> decoded Media
         self._closing = False
         self._stopped_rid = 0  # requests up to this id were stopped by the user
@@ -57,7 +57,7 @@ class EngineWorker(QObject):
             self._stopped_rid = max(self._stopped_rid, rid)
         for e in (self.engine, self.baseline):
             # a local engine serving an editor right now is not the window's to stop
-            if e is not None and (getattr(e, "turn", None) is None or self._own_turn is not None):
+            if e is not None and (getattr(e, "turn", None) is None or self._replying):
                 e.cancel()
 
     def request_close(self) -> None:
@@ -105,7 +105,7 @@ class EngineWorker(QObject):
     def _load_local(spec: dict, opts, progress):
         """The engine, with the projector next to the target when there is one. A projector
         that cannot be used leaves the model usable for text, and says why."""
-        from engine.errors import ModelFileError
+        from engine.media import ProjectorError
         from engine.models.pairing import find_projector
 
         mmproj = spec.get("mmproj")
@@ -120,9 +120,7 @@ class EngineWorker(QObject):
                 "no projector (mmproj) next to the model: pictures and audio are off"
         try:
             return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress, mmproj=mmproj), ""
-        except ModelFileError as e:
-            if str(e).startswith(Path(spec["target"]).name):
-                raise  # the model itself, not the projector
+        except ProjectorError as e:  # the model itself is fine: it loads without pictures
             return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress), \
                 f"pictures and audio are off: {e}"
 
@@ -177,11 +175,11 @@ class EngineWorker(QObject):
                 turn.release()
             self.failed.emit(rid, "cancelled", "")
             return
-        self._own_turn = turn
+        self._replying = True
         try:
             self._generate(rid, messages, cfg, e, stopped)
         finally:
-            self._own_turn = None
+            self._replying = False
             if turn is not None:
                 turn.release()
 

@@ -27,12 +27,12 @@ from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .strategies import AUTO, CostModel, make_strategy
+from .strategies.base import DecodeState, Step
+from .text import TextAssembler, TokenPiece
 
 SEEDED_DRAFT_MAX = 2  # the draft length of seeded sampling when auto was asked for
 MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
 MEDIA_MARK = re.compile("\ue002(\\d+)\ue003")  # where a message's media go in the rendered chat
-from .strategies.base import DecodeState, Step
-from .text import TextAssembler, TokenPiece
 
 
 @dataclass(frozen=True)
@@ -184,10 +184,6 @@ class Engine(Backend):
     def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int:
         return len(self.format_chat(messages, enable_thinking)) if messages else 0
 
-    def describe(self) -> dict:
-        return {"engine": self.engine_name, "target": str(self.rt.target_info.path),
-                "drafter": str(self.rt.drafter_info.path) if self.rt.drafter_info else ""}
-
     def cancel(self) -> None:
         """Ask a running generation (on another thread) to stop after its current step."""
         self._cancel.set()
@@ -261,10 +257,17 @@ class Engine(Backend):
         spans = self._message_spans(text, messages, enable_thinking, should_stop)
         if spans is None:  # the template changed the text beyond recognition: defuse the markers
             return self._format_defused(messages, enable_thinking, should_stop)
+        return self._tokenize_spans(text, spans, lambda s, e: self.tokenize(text[s:e], add_special=False,
+                                                                           parse_special=False))
+
+    def _tokenize_spans(self, text: str, spans, inside: Callable[[int, int], list[int]]) -> list[int]:
+        """The rendered chat's tokens: the template's markup between the message spans may hold
+        control tokens; each message span is tokenized by `inside` (never as control tokens)."""
         tokens, pos = [], 0
         for start, end in spans:
-            tokens += self.tokenize(text[pos:start], add_special=False, parse_special=True) if start > pos else []
-            tokens += self.tokenize(text[start:end], add_special=False, parse_special=False)
+            if start > pos:
+                tokens += self.tokenize(text[pos:start], add_special=False, parse_special=True)
+            tokens += inside(start, end)
             pos = end
         return tokens + (self.tokenize(text[pos:], add_special=False, parse_special=True) if pos < len(text) else [])
 
@@ -292,27 +295,21 @@ class Engine(Backend):
                 raise MediaError(f"{media.name}: {why}")
         text = self.template.render(marked, add_generation_prompt=True, enable_thinking=enable_thinking,
                                     should_stop=should_stop)
-        spans = self._message_spans(text, [{**m, "content": m["content"]} for m in marked], enable_thinking,
-                                    should_stop)
+        spans = self._message_spans(text, marked, enable_thinking, should_stop)
         if spans is None:
             raise TemplateError("this model's chat template changes messages in a way that leaves no place "
                                 "for pictures or audio")
-        tokens, pos = [], 0
-        for start, end in spans:
-            if start > pos:
-                tokens += self.tokenize(text[pos:start], add_special=False, parse_special=True)
-            piece_at = start
+
+        def inside(start: int, end: int) -> list[int]:  # message text, with each marker's media positions
+            tokens, at = [], start
             for mk in MEDIA_MARK.finditer(text, start, end):
-                if mk.start() > piece_at:
-                    tokens += self.tokenize(text[piece_at:mk.start()], add_special=False, parse_special=False)
+                if mk.start() > at:
+                    tokens += self.tokenize(text[at:mk.start()], add_special=False, parse_special=False)
                 tokens += self.projector.tokens(items[int(mk.group(1))])[0]
-                piece_at = mk.end()
-            if end > piece_at:
-                tokens += self.tokenize(text[piece_at:end], add_special=False, parse_special=False)
-            pos = end
-        if pos < len(text):
-            tokens += self.tokenize(text[pos:], add_special=False, parse_special=True)
-        return tokens
+                at = mk.end()
+            return tokens + (self.tokenize(text[at:end], add_special=False, parse_special=False) if end > at else [])
+
+        return self._tokenize_spans(text, spans, inside)
 
     def _message_spans(self, text, messages, enable_thinking, should_stop) -> list[tuple[int, int]] | None:
         """Where each message's text sits in the rendered prompt: render again with a marker

@@ -39,6 +39,10 @@ class MediaError(TandemError):
     """A picture or sound that cannot be used, in words."""
 
 
+class ProjectorError(ModelFileError):
+    """An mmproj file that cannot be used: the model itself may still load without it."""
+
+
 @dataclass(frozen=True)
 class Media:
     kind: str  # "image" or "audio"
@@ -127,10 +131,13 @@ def read_projector_info(path: str | Path) -> ProjectorInfo:
     """What an mmproj file is, from its header, before llama.cpp reads it."""
     from .models.gguf_info import read_gguf_metadata
 
-    meta = read_gguf_metadata(path)
+    try:
+        meta = read_gguf_metadata(path)
+    except ModelFileError as e:
+        raise ProjectorError(str(e)) from None
     p = Path(path)
     if meta.get("general.architecture") != "clip":
-        raise ModelFileError(f"{p.name}: not a vision/audio projector (architecture "
+        raise ProjectorError(f"{p.name}: not a vision/audio projector (architecture "
                              f"{meta.get('general.architecture')!r}, expected 'clip')")
     info = ProjectorInfo(p)
     common = meta.get("clip.projector_type")
@@ -139,13 +146,13 @@ def read_projector_info(path: str | Path) -> ProjectorInfo:
             continue
         ptype = meta.get(f"clip.{modality}.projector_type") or common
         if GEMMA4_PROJECTORS.get(ptype) != modality:
-            raise ModelFileError(f"{p.name}: a {ptype!r} projector, not Gemma 4's (gemma4v/gemma4a)")
+            raise ProjectorError(f"{p.name}: a {ptype!r} projector, not Gemma 4's (gemma4v/gemma4a)")
         info.kinds[modality] = ptype
         dim = meta.get(f"clip.{modality}.projection_dim")
         if isinstance(dim, int):
             info.n_embd_out[modality] = dim
     if not info.kinds:
-        raise ModelFileError(f"{p.name}: has neither a vision nor an audio encoder")
+        raise ProjectorError(f"{p.name}: has neither a vision nor an audio encoder")
     return info
 
 
@@ -170,7 +177,7 @@ class Projector:
         n_embd = runtime.n_embd
         for modality, dim in self.info.n_embd_out.items():
             if dim != n_embd:
-                raise ModelFileError(f"{self.info.path.name}: writes {modality} embeddings of width {dim}, but the "
+                raise ProjectorError(f"{self.info.path.name}: writes {modality} embeddings of width {dim}, but the "
                                      f"model is {n_embd} wide; it belongs to another Gemma 4 size")
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu
@@ -180,7 +187,7 @@ class Projector:
         params.flash_attn_type = 1 if runtime.options.flash_attn else 0
         self.ctx = mtmd.mtmd_init_from_file(str(self.info.path).encode(), runtime.target_model, params)
         if not self.ctx:
-            raise ModelFileError(f"{self.info.path.name}: llama.cpp could not load this projector for "
+            raise ProjectorError(f"{self.info.path.name}: llama.cpp could not load this projector for "
                                  f"{runtime.target_info.path.name}")
         self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self.ctx))

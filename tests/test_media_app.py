@@ -106,3 +106,17 @@ def test_attaching_is_off_without_a_projector(qtbot, tmp_path, tiny):
     win.input.insertFromMimeData(mime)
     assert not win.attach_bar.items and "no projector" in win.statusBar().currentMessage()
     win.close()
+
+
+def test_a_projector_that_does_not_fit_leaves_the_model_usable(qtbot, tmp_path, tiny):
+    from engine.testmodels import write_projector
+
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    target = shutil.copy(tiny["target"], folder / "gemma-4-test.gguf")
+    write_projector(folder / "mmproj-other-size.gguf", 96)  # another model width
+    win = make_window(qtbot, tmp_path, target)
+    assert win.model_info is not None and not win.model_info["vision"]
+    assert "another Gemma 4 size" in win.attach_btn.toolTip()
+    assert send(qtbot, win, "still chats").text
+    win.close()

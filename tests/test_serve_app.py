@@ -10,12 +10,18 @@ from .llamaserver import free_port
 from .test_app import TIMEOUT, make_window, send
 
 
-def test_serve_on_localhost_from_the_window(qtbot, tmp_path, tiny):
+def serving(qtbot, tmp_path, tiny):
+    """A window with the tiny pair, serving on a free port: (window, its server panel)."""
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
     win.open_server()
     panel = win.server_panel
     panel.port.setValue(free_port())
     panel.switch.setChecked(True)
+    return win, panel
+
+
+def test_serve_on_localhost_from_the_window(qtbot, tmp_path, tiny):
+    win, panel = serving(qtbot, tmp_path, tiny)
     assert panel.server is not None and panel.url.text().startswith("http://127.0.0.1:")
     assert win.serve_label.isVisible() and panel.url.text() in win.serve_label.text()
     c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=60)
@@ -38,11 +44,7 @@ def test_serve_on_localhost_from_the_window(qtbot, tmp_path, tiny):
 def test_loading_another_model_while_serving_serves_that_one(qtbot, tmp_path, tiny):
     import shutil
 
-    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
-    win.open_server()
-    panel = win.server_panel
-    panel.port.setValue(free_port())
-    panel.switch.setChecked(True)
+    win, panel = serving(qtbot, tmp_path, tiny)
     c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=60)
     assert [m.id for m in c.models.list().data] == ["tiny-target"]
     other = tmp_path / "other"

@@ -50,7 +50,3 @@ class Backend(ABC):
 
     def reset(self) -> None:
         """Forget cached context (Compare runs start from scratch). Servers keep their own."""
-
-    def describe(self) -> dict:
-        """What the app shows about the loaded model(s)."""
-        return {}

@@ -261,9 +261,6 @@ class RemoteBackend(Backend):
     def n_ctx(self) -> int | None:
         return self.info.n_ctx
 
-    def describe(self) -> dict:
-        return {"engine": self.engine_name, "server": self.base_url, "model": self.model}
-
     # ---- generation -------------------------------------------------------------------
     def cancel(self) -> None:
         self._cancel.set()
