@@ -199,21 +199,24 @@ def format_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, progress=None) -> dict:
+def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, progress=None,
+                     draft_max=AUTO) -> dict:
     """The same comparison against servers: `base` serves the model without a drafter, `mtp`
-    with one. Greedy; outputs are compared as text (servers do not return token ids)."""
+    with one. Greedy; outputs are compared as text (servers do not return token ids).
+    `draft_max` reaches servers that take it per request (tandem serve)."""
     chats = [p["messages"] if "messages" in p else [{"role": "user", "content": p["prompt"]}] for p in prompts]
 
     def run(backend, msgs, n, use_mtp=True):
         # use_mtp reaches servers that switch drafting per request (tandem serve); others ignore it
         text, ev = [], None
-        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, use_mtp=use_mtp)):
+        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, use_mtp=use_mtp, draft_max=draft_max)):
             text.append(ev.answer)
         return "".join(text), ev.stats
 
     for b, on in ((base, False), (mtp, True)):  # warm-up: the first request pays for allocations
         run(b, chats[0], 8, on)
-    base_agg, mtp_agg, base_text = Aggregate("baseline"), Aggregate("mtp", "server"), []
+    base_agg, base_text = Aggregate("baseline"), []
+    mtp_agg = Aggregate("mtp", draft_max if mtp.can_switch_mtp else "server")
     for i, msgs in enumerate(chats):
         text, s = run(base, msgs, max_tokens, use_mtp=False)
         base_agg.runs.append(s)

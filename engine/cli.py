@@ -232,7 +232,8 @@ def _generate_remote(args, sp) -> int:
     try:
         msgs = ([{"role": "system", "content": args.system}] if args.system else [])
         msgs.append({"role": "user", "content": args.prompt})
-        cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed)
+        # the draft length reaches servers that take it per request (tandem serve); others ignore it
+        cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed, draft_max=args.draft_max)
         answer, thinking, ev = [], [], None
         for ev in backend.chat(msgs, cfg, enable_thinking=args.thinking):
             answer.append(ev.answer)
@@ -299,8 +300,11 @@ def _bench_remote(args) -> int:
             print(f"MTP      {mtp.engine_name} at {mtp.base_url}, model {mtp.model}\n"
                   f"baseline {base.engine_name} at {base.base_url}, model {base.model}\n"
                   f"{len(prompts)} prompts, max {args.max_tokens} tokens, greedy\n", flush=True)
+            # servers compare one draft length: the first given goes to tandem serve; other
+            # servers use the one they were started with
             res = run_remote_bench(mtp, base, prompts, args.max_tokens,
-                                   progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True))
+                                   progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True),
+                                   draft_max=args.draft_max[0])
             print("\r", end="", file=sys.stderr)
             print(format_table(res))
             if args.json:
