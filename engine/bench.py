@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .engine import Engine, GenerationConfig, GenerationResult
+from .engine import Engine
+from .generation import SERVER_DRAFT, GenerationConfig, GenerationResult
 from .stats import GenerationStats
 from .strategies.draft_control import AUTO, AUTO_K_MAX, explain
 
@@ -100,12 +101,11 @@ class Aggregate:
         d["decode_tps"] = decoded / s.decode_s if s.decode_s > 0 else None
         d["prompts"] = len(self.runs)
         # per-token costs inside llama.cpp, for the ideal speed-up (not timed on a server)
-        if s.engine != "llama.cpp":
-            pass
-        elif self.mode == "mtp" and s.steps:
+        local = s.engine == "llama.cpp"
+        if local and self.mode == "mtp" and s.steps:
             d["draft_step_ms"] = 1e3 * s.draft_llama_s / max(1, s.draft_tokens)
             d["verify_ms"] = 1e3 * (s.llama_s - s.draft_llama_s) / s.steps
-        elif s.steps:
+        elif local and s.steps:
             d["decode_step_ms"] = 1e3 * s.llama_s / s.steps
         return d
 
@@ -216,7 +216,7 @@ def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, prog
     for b, on in ((base, False), (mtp, True)):  # warm-up: the first request pays for allocations
         run(b, chats[0], 8, on)
     base_agg, base_text = Aggregate("baseline"), []
-    mtp_agg = Aggregate("mtp", draft_max if mtp.can_switch_mtp else "server")
+    mtp_agg = Aggregate("mtp", draft_max if mtp.can_switch_mtp else SERVER_DRAFT)
     for i, msgs in enumerate(chats):
         text, s = run(base, msgs, max_tokens, use_mtp=False)
         base_agg.runs.append(s)

@@ -14,65 +14,25 @@ import ctypes
 import re
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Iterator
 
 import numpy as np
 
-from .backends.base import Backend
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, ModelUnloaded, MTPUnavailableError
+from .generation import (AUTO, Backend, GenerationConfig, GenerationEvent, GenerationResult,  # noqa: F401
+                         check_draft_length)
 from .llama import lib
-from .runtime import MAX_OUTPUTS, LoadOptions, Runtime
-from .sampling import SamplingParams
+from .runtime import LoadOptions, Runtime
 from .stats import GenerationStats
-from .strategies import AUTO, CostModel, make_strategy
+from .strategies import CostModel, make_strategy
 from .strategies.base import DecodeState, Step
-from .text import TextAssembler, TokenPiece
+from .text import TextAssembler
 
 SEEDED_DRAFT_MAX = 2  # the draft length of seeded sampling when auto was asked for
 MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
 MEDIA_MARK = re.compile("\ue002(\\d+)\ue003")  # where a message's media go in the rendered chat
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_tokens: int = 512
-    use_mtp: bool = True  # ignored (baseline) when no drafter is loaded, unless strict
-    draft_max: int | str = AUTO  # "auto": chosen every step from measured costs and acceptance
-    sampling: SamplingParams = SamplingParams()
-    seed: int | None = None
-    strict_mtp: bool = False  # raise instead of falling back to baseline
-
-
-@dataclass
-class GenerationEvent:
-    pieces: list[TokenPiece]
-    answer: str  # answer text added by this step
-    thinking: str  # thinking text added by this step
-    stats: GenerationStats
-    finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
-
-    @property
-    def tokens(self) -> list[int]:
-        return [p.id for p in self.pieces]
-
-    @property
-    def text(self) -> str:
-        return self.answer
-
-
-@dataclass
-class GenerationResult:
-    answer: str = ""
-    thinking: str = ""
-    tokens: list[int] = field(default_factory=list)
-    drafted: list[bool] = field(default_factory=list)
-    stats: GenerationStats | None = None
-
-    @property
-    def finish_reason(self):
-        return self.stats.finish_reason if self.stats else None
 
 
 def _segments(tokens: list[int]) -> list[tuple[int, int]]:
@@ -100,6 +60,7 @@ class Engine(Backend):
     engine_name = "llama.cpp"
 
     def __init__(self, runtime: Runtime):
+        super().__init__()  # the turn
         self.rt = runtime
         self._cached: list[int] = []  # tokens whose K/V are in the target cache, in order
         self._cancel = threading.Event()
@@ -109,8 +70,7 @@ class Engine(Backend):
         self._control_text_cache: dict[str, bool] = {}
         self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
-        # held by whoever generates (the app's chat, `tandem serve`): one generation at a time, in turn
-        self.turn = threading.Lock()
+        self._should_stop: Callable[[], bool] = self._cancel.is_set  # the running generation's
         self.closed = False
         tmpl_ptr = lib.llama_model_chat_template(runtime.target_model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
@@ -392,17 +352,20 @@ class Engine(Backend):
              enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
              answer_prefix: str = "") -> Iterator[GenerationEvent]:
         self._check_open()
-        return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix), config)
+        return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix), config,
+                             should_stop)
 
     # ---- generation ----------------------------------------------------------------
-    def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[GenerationEvent]:
-        """Check the request now (errors raise here, not on first iteration), then stream."""
+    def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig(),
+                 should_stop: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
+        """Check the request now (errors raise here, not on first iteration), then stream. The
+        generation ends after the step in which `should_stop()` (or `cancel()`) says so: a
+        request's own stop never reaches the generation of whoever has the turn next."""
         self._check_open()
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        if config.draft_max != AUTO and not (isinstance(config.draft_max, int) and 1 <= config.draft_max < MAX_OUTPUTS):
-            raise ValueError(f"draft length must be 'auto' or between 1 and {MAX_OUTPUTS - 1}")
+        check_draft_length(config.draft_max)
         if not prompt:
             raise ValueError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:
@@ -423,7 +386,9 @@ class Engine(Backend):
             draft_max = SEEDED_DRAFT_MAX
         strategy = make_strategy("mtp" if use_mtp else "baseline", draft_max)
         self._cancel.clear()
-        return self._run(list(prompt), config, strategy)
+        cancel = self._cancel
+        stop = cancel.is_set if should_stop is None else (lambda: cancel.is_set() or should_stop())
+        return self._run(list(prompt), config, strategy, stop)
 
     def _prefill(self, st: DecodeState, prompt: list[int], need_h: bool) -> Step:
         """Decode the prompt, reusing the common prefix cached by the last request, and pick
@@ -453,14 +418,14 @@ class Engine(Backend):
                 run = self.projector.run_for(todo[start]) if self.projector is not None else None
                 if run is None or run.n_pos != end - start:
                     raise EngineError("the prompt names a picture or sound that is not prepared")
-                if self._cancel.is_set():
+                if self._should_stop():
                     raise _Cancelled
                 st.stats.media_s += self.projector.decode(run, tgt.ctx, pos, tgt.n_batch)
                 pos += run.n_pos
                 self._cached.extend(todo[start:end])
                 continue
             for i in range(start, end, tgt.n_batch):
-                if self._cancel.is_set():
+                if self._should_stop():
                     raise _Cancelled
                 chunk = todo[i:min(end, i + tgt.n_batch)]
                 last = n_seg == len(segments) - 1 and i + tgt.n_batch >= end
@@ -485,12 +450,14 @@ class Engine(Backend):
         pos_min = lib.llama_memory_seq_pos_min(self.rt.target.memory, 0)
         return keep if 0 <= pos_min <= max(0, keep - self.rt.n_swa) else 0
 
-    def _run(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
+    def _run(self, prompt, config: GenerationConfig, strategy, stop) -> Iterator[GenerationEvent]:
         if not self._busy.acquire(blocking=False):
             raise EngineError("the engine is already generating")
+        self._should_stop = stop
         try:
             yield from self._run_locked(prompt, config, strategy)
         finally:
+            self._should_stop = self._cancel.is_set
             self._busy.release()
 
     def _run_locked(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
@@ -527,7 +494,7 @@ class Engine(Backend):
         cache_valid = True
         try:
             while finish is None:
-                if step is None and self._cancel.is_set():
+                if step is None and self._should_stop():
                     finish = "cancelled"
                     yield GenerationEvent([], "", "", stats, finish)
                     break

@@ -194,7 +194,6 @@ class Projector:
         self.n_embd = n_embd
         self._marker = mtmd.mtmd_default_marker()
         self._runs: OrderedDict[str, tuple[list, MediaRun]] = OrderedDict()
-        self.encode_s = 0.0  # time spent encoding, for the stats
 
     def close(self) -> None:
         for _, run in self._runs.values():
@@ -278,7 +277,6 @@ class Projector:
             ptr = m.mtmd_get_output_embd(self.ctx)
             run.embd = np.ctypeslib.as_array(ptr, shape=(run.n_tokens * self.n_embd,)).copy()
             spent = time.perf_counter() - t
-            self.encode_s += spent
         new_past = ctypes.c_int32()
         ret = m.mtmd_helper_decode_image_chunk(
             self.ctx, lctx, run.chunk, run.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n_past, 0,

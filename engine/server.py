@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
 from .errors import ContextOverflowError, ModelUnloaded, TandemError
+from .generation import AUTO
 from .sampling import SamplingParams
 
 MAX_BODY_BYTES = 4 * 2**20
@@ -152,7 +153,7 @@ class ServerState:
     model_name: str | Callable[[], str]  # the name clients see (a callable: the loaded model's, now)
     api_key: str | None = None
     queue_size: int = 4
-    draft_max: int | str = "auto"  # for requests that do not choose
+    draft_max: int | str = AUTO  # for requests that do not choose
     waiting: int = 0
     last: dict = field(default_factory=dict)  # the latest generation: tokens and how it ended
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -244,19 +245,19 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
             if m["role"] not in ("system", "user", "assistant"):
                 raise ApiError(400, f"message role {m['role']!r} is not supported (system, user, assistant)")
         thinking = bool((req.chat_template_kwargs or {}).get("enable_thinking", False))
-        return await _respond(state, req, request, "chat", lambda e, cfg: e.chat(messages, cfg, thinking))
+        return await _respond(state, req, request, "chat", lambda e, cfg, stop: e.chat(messages, cfg, thinking,
+                                                                                  should_stop=stop))
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await _respond(state, req, request, "text", lambda e, cfg: e.generate(
-            e.tokenize(req.prompt, add_special=True, parse_special=False), cfg))
+        return await _respond(state, req, request, "text", lambda e, cfg, stop: e.generate(
+            e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, stop))
 
     return app
 
 
 def _config(engine, req: Sampling, default_k="auto"):
-    from .engine import GenerationConfig
-    from .strategies import AUTO
+    from .generation import GenerationConfig, check_draft_length
 
     n = req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2)
     if n >= engine.n_ctx:
@@ -269,10 +270,10 @@ def _config(engine, req: Sampling, default_k="auto"):
         raise ApiError(400, str(e)) from None
     t = req.tandem or TandemOptions()
     k = t.draft_max if t.draft_max is not None else default_k
-    if k == "auto":
-        k = AUTO
-    if k != AUTO and not (isinstance(k, int) and 1 <= k <= 16):
-        raise ApiError(400, "tandem.draft_max must be 'auto' or between 1 and 16")
+    try:
+        k = check_draft_length(k)
+    except ValueError as e:
+        raise ApiError(400, f"tandem.draft_max: {e}") from None
     return GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed)
 
 
@@ -294,11 +295,12 @@ async def _generate(state: ServerState, start: Callable):
         state.turn.release()
         raise ApiError(503, "No model is loaded", "server_error", "no_model")
 
+    stop = threading.Event()  # this request's own: it never stops the next holder of the engine's turn
+
     def work():
-        lock = getattr(engine, "turn", None) or threading.Lock()  # shared with the app's own chats
-        with lock:
+        with engine.turn:  # shared with the app's own chats
             try:
-                for ev in start(engine):
+                for ev in start(engine, stop.is_set):
                     loop.call_soon_threadsafe(q.put_nowait, ev)
                 loop.call_soon_threadsafe(q.put_nowait, done)
             except Exception as e:  # reported to the client in OpenAI's error shape
@@ -316,7 +318,7 @@ async def _generate(state: ServerState, start: Callable):
             stats = item.stats
             yield item
     finally:
-        engine.cancel()  # a client that went away, or the end: either way this generation stops
+        stop.set()  # a client that went away, or the end: either way this generation stops
 
         # Nothing is awaited here: a disconnect cancels this task, and under anyio every await in a
         # cancelled scope is cancelled again. The turn passes on when the worker thread has ended.
@@ -382,8 +384,8 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
     obj = "chat.completion" if kind == "chat" else "text_completion"
     t0 = time.perf_counter()
 
-    def start(engine):
-        return make(engine, cfg)
+    def start(engine, stop):
+        return make(engine, cfg, stop)
 
     def choice(text: str, thinking: str, finish):
         if kind == "chat":
@@ -486,7 +488,7 @@ def check_host(host: str, api_key: str | None) -> None:
 
 
 def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-        cors: str | None = None, queue_size: int = 4, draft_max="auto", log_level: str = "warning") -> None:
+        cors: str | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning") -> None:
     """Serve until interrupted (the CLI's `tandem serve`)."""
     import uvicorn
 

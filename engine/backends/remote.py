@@ -28,7 +28,7 @@ import openai
 from ..errors import TandemError
 from ..stats import GenerationStats
 from ..text import TokenPiece
-from .base import Backend
+from ..generation import SERVER_DRAFT, Backend, GenerationEvent
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0  # a big model's first token after a long prompt can take minutes
@@ -148,6 +148,7 @@ class RemoteBackend(Backend):
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
                  timeout: float = READ_TIMEOUT_S):
+        super().__init__()  # the turn
         self._connect(base_url, api_key, timeout)
         self._cancel = threading.Event()
         try:
@@ -270,7 +271,7 @@ class RemoteBackend(Backend):
         self.client.close()
         self.http.close()
 
-    _draft_label = "server"  # the draft length is the server's, except on tandem serve
+    _draft_label = SERVER_DRAFT  # the draft length is the server's, except on tandem serve
 
     def _request(self, messages: list[dict], config, enable_thinking: bool, answer_prefix: str) -> dict:
         sp = config.sampling
@@ -312,8 +313,6 @@ class RemoteBackend(Backend):
         return self._events(stream, before, t0, should_stop)
 
     def _events(self, stream, before: SpecCounters | None, t0: float, should_stop) -> Iterator:
-        from ..engine import GenerationEvent
-
         chunks: queue.Queue = queue.Queue()  # unbounded: a reader never blocks on a consumer that stopped
         done = object()
 
@@ -364,6 +363,9 @@ class RemoteBackend(Backend):
                 yield GenerationEvent(pieces, answer, thinking, stats)
         finally:
             stream.close()  # also on Stop: closing the connection ends the server's work on this request
+        if finish is None:  # every server ends a reply with a finish reason: the stream was cut
+            raise RemoteError(f"the connection to {self.base_url} ended before the reply was complete "
+                              "(the server stopped?); the text so far is kept")
         stats.finish_reason = {"stop": "stop", "length": "length", "cancelled": "cancelled"}.get(finish, finish or "stop")
         self._counter_deltas(stats, before)
         if stats.drafts_reported:

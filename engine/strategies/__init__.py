@@ -1,14 +1,12 @@
 """Decoding strategies, one module each, behind `DecodeStrategy` (see base.py).
 
-Adding a drafter type = one new module with a DecodeStrategy subclass + one line here.
+Adding a drafter type = one new module with a DecodeStrategy subclass + its line in make_strategy.
 """
 
 from .base import DecodeState, DecodeStrategy, Step
 from .draft_control import AUTO, AUTO_K_MAX, CostModel, DraftController
 from .baseline import Baseline
 from .mtp import MTP
-
-STRATEGIES = {"baseline": Baseline, "mtp": MTP}
 
 
 def make_strategy(name: str, draft_max: int | str = 3) -> DecodeStrategy:
@@ -19,5 +17,5 @@ def make_strategy(name: str, draft_max: int | str = 3) -> DecodeStrategy:
     raise ValueError(f"unknown decoding strategy {name!r}")
 
 
-__all__ = ["DecodeState", "DecodeStrategy", "Step", "Baseline", "MTP", "STRATEGIES", "make_strategy",
+__all__ = ["DecodeState", "DecodeStrategy", "Step", "Baseline", "MTP", "make_strategy",
            "AUTO", "AUTO_K_MAX", "CostModel", "DraftController"]

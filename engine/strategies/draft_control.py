@@ -28,8 +28,9 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-AUTO = "auto"
-AUTO_K_MAX = 8
+from ..generation import AUTO  # noqa: F401  (re-exported for the strategies)
+
+AUTO_K_MAX = 8  # the longest draft auto chooses
 PAUSED_AFTER = 3  # undrafted steps in a row before the live stats say "paused"
 PROBE_FIRST, PROBE_MAX = 16, 128  # undrafted steps before a probe; doubles after each rejected one
 PAUSE_HALF_LIFE = 16  # paused steps over which old acceptance evidence loses another decay step

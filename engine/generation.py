@@ -1,0 +1,112 @@
+"""What every backend takes and yields: the generation settings, events and result, and the
+`Backend` interface itself. No llama.cpp here, so the interface imports no implementation.
+
+Two implementations yield the same `GenerationEvent`s and `GenerationStats`:
+  - `engine.engine.Engine`: llama.cpp in this process (baseline and MTP, Tandem's own loop);
+  - `engine.backends.remote.RemoteBackend`: an OpenAI-compatible server (llama-server, vLLM,
+    SGLang, Ollama) doing the decoding; draft statistics come from what the server reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .text import TokenPiece
+
+AUTO = "auto"  # the draft length chosen every step from measured costs and acceptance: its one spelling
+MAX_DRAFT = 15  # the longest fixed draft: a verify of k + 1 rows fits llama.cpp's 16 output rows
+SERVER_DRAFT = "server"  # in a remote reply's stats: the server chose the draft length when it started
+
+
+def check_draft_length(value) -> int | str:
+    """AUTO or a whole number 1..MAX_DRAFT, else ValueError (one line, for CLI, server and app)."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DRAFT:
+        raise ValueError(f"draft length must be '{AUTO}' or between 1 and {MAX_DRAFT}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    use_mtp: bool = True  # ignored (baseline) when no drafter is loaded, unless strict
+    draft_max: int | str = AUTO  # AUTO: chosen every step from measured costs and acceptance
+    sampling: SamplingParams = SamplingParams()
+    seed: int | None = None
+    strict_mtp: bool = False  # raise instead of falling back to baseline
+
+
+@dataclass
+class GenerationEvent:
+    pieces: list[TokenPiece]
+    answer: str  # answer text added by this step
+    thinking: str  # thinking text added by this step
+    stats: GenerationStats
+    finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+
+    @property
+    def tokens(self) -> list[int]:
+        return [p.id for p in self.pieces]
+
+
+@dataclass
+class GenerationResult:
+    answer: str = ""
+    thinking: str = ""
+    tokens: list[int] = field(default_factory=list)
+    drafted: list[bool] = field(default_factory=list)
+    stats: GenerationStats | None = None
+
+    @property
+    def finish_reason(self):
+        return self.stats.finish_reason if self.stats else None
+
+
+class Backend(ABC):
+    """One generation at a time: whoever generates (the app's chat, `tandem serve`) holds `turn`
+    for the whole generation, and the others wait for it. A generation stops when its own
+    `should_stop()` says so; `cancel()` stops whatever runs (closing, unloading)."""
+
+    kind: str = "local"  # "local" or "remote"
+    engine_name: str = "llama.cpp"  # what decodes: llama.cpp, llama-server, vllm, openai-compatible
+    has_mtp: bool = False  # drafting happens (remote: the server reported drafts, or its setup says so)
+    mtp_reason: str = ""  # why not, in words
+    can_switch_mtp: bool = True  # per request; servers choose speculation per server
+
+    def __init__(self):
+        self.turn = threading.Lock()
+
+    @property
+    @abstractmethod
+    def n_ctx(self) -> int | None:
+        """Context size in tokens, if known."""
+
+    @abstractmethod
+    def chat(self, messages: list[dict], config: GenerationConfig, enable_thinking: bool = False,
+             should_stop: Callable[[], bool] | None = None, answer_prefix: str = "") -> Iterator[GenerationEvent]:
+        """Stream the answer to a chat. Errors in the request raise here, before iterating."""
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Stop the generation in progress at once (callable from another thread)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Free what the backend holds (models, connections)."""
+
+    def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int | None:
+        """Tokens the chat takes in the context, or None where the backend cannot tell."""
+        return None
+
+    def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
+                          should_stop: Callable[[], bool] | None = None) -> list[dict]:
+        return messages
+
+    def reset(self) -> None:
+        """Forget cached context (Compare runs start from scratch). Servers keep their own."""
