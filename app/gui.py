@@ -8,45 +8,6 @@ import sys
 from importlib import resources
 
 
-def apply_theme(app, theme: str = "system") -> None:
-    """Fusion style with a light or dark palette; 'system' follows the desktop's scheme."""
-    from PySide6.QtCore import Qt
-    from PySide6.QtGui import QColor, QPalette
-
-    app.setStyle("Fusion")
-    dark = theme == "dark"
-    if theme == "system":
-        try:
-            dark = app.styleHints().colorScheme() == Qt.ColorScheme.Dark
-        except AttributeError:  # Qt < 6.5
-            dark = False
-    pal = QPalette()
-    if dark:
-        for role, color in ((QPalette.Window, "#202124"), (QPalette.WindowText, "#e8eaed"),
-                            (QPalette.Base, "#18191b"), (QPalette.AlternateBase, "#26272a"),
-                            (QPalette.Text, "#e8eaed"), (QPalette.Button, "#2b2c2f"),
-                            (QPalette.ButtonText, "#e8eaed"), (QPalette.Highlight, "#3d7be0"),
-                            (QPalette.HighlightedText, "#ffffff"), (QPalette.ToolTipBase, "#2b2c2f"),
-                            (QPalette.ToolTipText, "#e8eaed"), (QPalette.Link, "#8ab4f8"),
-                            (QPalette.PlaceholderText, "#8e9297"),
-                            # Fusion draws frames and check box outlines from these
-                            (QPalette.Light, "#5f6368"), (QPalette.Midlight, "#4a4d51"),
-                            (QPalette.Mid, "#3c4043"), (QPalette.Dark, "#17181a"), (QPalette.Shadow, "#000000")):
-            pal.setColor(role, QColor(color))
-        # disabled controls must look disabled (the palette above sets every group alike)
-        for role, color in ((QPalette.WindowText, "#6f7378"), (QPalette.Text, "#6f7378"),
-                            (QPalette.ButtonText, "#6f7378"), (QPalette.Button, "#242528"),
-                            (QPalette.Base, "#1d1e20"), (QPalette.PlaceholderText, "#5f6368")):
-            pal.setColor(QPalette.Disabled, role, QColor(color))
-    app.setPalette(pal)
-    styles = resources.files("resources").joinpath("styles")
-    qss = styles.joinpath("tandem.qss").read_text("utf-8")
-    if dark:
-        qss += styles.joinpath("tandem-dark.qss").read_text("utf-8")
-    app.setStyleSheet(qss.replace("@BUBBLE_USER@", "#2d3a4f" if dark else "#e8f0fe")
-                         .replace("@BUBBLE_MODEL@", "#26272a" if dark else "#ffffff"))
-
-
 def app_icon():
     from PySide6.QtGui import QIcon
 
@@ -86,14 +47,14 @@ def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
         if time.monotonic() - t0 > timeout_s:
             print("smoke test: timed out", flush=True)
             app.exit(1)
-        elif win.model_info is None:
+        elif win.session.model_info is None:
             return
         elif not state["sent"]:
             win.input.setPlainText(prompt)
             win.send()
             state["sent"] = True
-        elif win._active is None:
-            reply = win._message_widgets()[-1]
+        elif not win.session.busy:
+            reply = win.chat_view.widgets()[-1]
             print(f"smoke test: reply of {len(reply.text)} characters; {reply.footer.text()}", flush=True)
             win.close()
             app.exit(0 if reply.text and reply.stats else 1)
@@ -103,19 +64,15 @@ def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
     timer.start(100)
 
 
-def run_gui(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="tandem", description="Tandem desktop app")
-    ap.add_argument("--model", "-m", help="Gemma 4 target GGUF to load")
-    ap.add_argument("--drafter", "-d", help="its MTP drafter GGUF")
-    ap.add_argument("--smoke-test", metavar="PROMPT", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-
+def run_gui(args: argparse.Namespace) -> int:
+    """The window, with `tandem`'s top-level options (engine.cli.build_parser)."""
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from .diagnostics import (enable_fault_handler, install_excepthook, previous_native_crash, qt_error_dialog,
                               setup_logging)
     from .settings import Settings
+    from .theme import apply_theme
     from .window import MainWindow
 
     log_file = setup_logging()
@@ -141,6 +98,7 @@ def run_gui(argv: list[str]) -> int:
     if args.model:
         settings["target"] = args.model
         settings["drafter"] = args.drafter or ""
+        settings["remote"] = None  # the pair asked for, not the server used last
     apply_theme(app, settings["theme"])
     win = MainWindow(settings)
 
@@ -150,17 +108,12 @@ def run_gui(argv: list[str]) -> int:
         win.activateWindow()
 
     instance.on_show = bring_forward
-    try:  # follow the desktop switching between light and dark while running (Qt >= 6.5)
-        app.styleHints().colorSchemeChanged.connect(lambda *_: win.settings["theme"] == "system" and (
-            apply_theme(app, "system"), [w.refresh() for w in win._message_widgets()]))
-    except AttributeError:
-        pass
     win.show()
     if args.smoke_test:
         run_smoke_test(win, args.smoke_test)
     elif crashed:
         QTimer.singleShot(0, lambda: show_previous_crash(win, crashed))
-    if not settings["target"] and not args.smoke_test:
+    if not settings["target"] and not settings["remote"] and not args.smoke_test:
         QTimer.singleShot(0, win.show_welcome)  # first run: nothing to chat with yet
     try:
         return app.exec()

@@ -1,10 +1,8 @@
-"""`tandem` entry point: engine subcommands go to the engine CLI, otherwise the window opens."""
+"""`tandem` entry point: the engine CLI's one command table; with no command, the window opens."""
 
 from __future__ import annotations
 
 import sys
-
-ENGINE_COMMANDS = {"generate", "bench", "make-test-models", "models"}
 
 
 def main(argv=None) -> int:
@@ -13,18 +11,14 @@ def main(argv=None) -> int:
         from engine.template_sandbox import worker_main
 
         return worker_main()
-    if argv and argv[0] in ENGINE_COMMANDS:
-        from engine.cli import main as engine_main
+    from engine.cli import main as cli_main
 
-        return engine_main(argv)
-    if argv and argv[0] in ("-V", "--version"):
-        from engine import __version__
+    def window(args) -> int:
+        from .gui import run_gui
 
-        print(f"tandem {__version__}")
-        return 0
-    from .gui import run_gui
+        return run_gui(args)
 
-    return run_gui(argv)
+    return cli_main(argv, window=window)
 
 
 if __name__ == "__main__":

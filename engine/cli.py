@@ -1,6 +1,8 @@
-"""Command line: `tandem generate | bench | make-test-models` (usable without Qt).
+"""Command line: the one table of `tandem`'s commands (usable without Qt).
 
-Bad arguments and bad files give one line on stderr and exit code 2, never a traceback.
+`tandem` alone opens the desktop window (the app passes it in as `window`); `tandem COMMAND`
+runs one of `COMMANDS`. Bad arguments and bad files give one line on stderr and exit code 2,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -8,15 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Callable
 
 from .errors import TandemError
+from .generation import AUTO, MAX_DRAFT
 
 EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
-        sys.stderr.write(f"tandem: error: {message} (see tandem {self.prog.split()[-1]} --help)\n")
+        sys.stderr.write(f"tandem: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -30,16 +34,13 @@ def _positive(kind=int):
 
 
 def _draft_length(s):
-    """'auto' (chosen every step) or a fixed number of drafted tokens."""
-    if s == "auto":
-        return s
+    """AUTO (chosen every step) or a fixed number of drafted tokens, 1..MAX_DRAFT."""
+    from .generation import check_draft_length
+
     try:
-        v = int(s)
+        return check_draft_length(s if s == AUTO else int(s))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number, got {s}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or > 0, got {s}")
-    return v
+        raise argparse.ArgumentTypeError(f"must be '{AUTO}' or a number from 1 to {MAX_DRAFT}, got {s}") from None
 
 
 def _add_load_args(p):
@@ -67,14 +68,22 @@ def _add_sampling_args(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="tandem", description="Tandem: Gemma 4 with MTP speculative decoding")
-    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+    from . import __version__
+
+    ap = _Parser(prog="tandem", description="Tandem: Gemma 4 with MTP speculative decoding. With no command, "
+                 "opens the desktop window (with --model/--drafter: that pair).",
+                 epilog="`tandem COMMAND --help` tells more about each command.")
+    ap.add_argument("-V", "--version", action="version", version=f"tandem {__version__}")
+    ap.add_argument("--model", "-m", metavar="GGUF", help="the window: load this target GGUF")
+    ap.add_argument("--drafter", "-d", metavar="GGUF", help="the window: its MTP drafter GGUF")
+    ap.add_argument("--smoke-test", metavar="PROMPT", help=argparse.SUPPRESS)  # bundle checks
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser, title="commands", metavar="COMMAND")
 
     g = sub.add_parser("generate", help="generate a reply to one prompt")
     _add_load_args(g)
     _add_sampling_args(g)
     g.add_argument("--no-mtp", action="store_true", help="baseline decoding even with a drafter")
-    g.add_argument("--draft-max", type=_draft_length, default="auto",
+    g.add_argument("--draft-max", type=_draft_length, default=AUTO,
                    help="tokens drafted per step, or 'auto' to choose every step from measured costs "
                         "and acceptance (default auto)")
     g.add_argument("--max-tokens", type=_positive(), default=256)
@@ -94,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_args(b)
     b.add_argument("--prompts", help="JSONL file of prompts (default: the built-in set)")
     b.add_argument("--max-tokens", type=_positive(), default=128)
-    b.add_argument("--draft-max", type=_draft_length, nargs="+", default=["auto", 1, 2, 3, 4],
+    b.add_argument("--draft-max", type=_draft_length, nargs="+", default=[AUTO, 1, 2, 3, 4],
                    help="draft lengths to compare with baseline, 'auto' among them (default auto 1 2 3 4)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     b.add_argument("--baseline-server", metavar="URL", help="with --server: the same model served without a "
@@ -105,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
                     "computer only; any other needs --api-key)")
     sv.add_argument("--port", type=_positive(), default=8080)
-    sv.add_argument("--draft-max", type=_draft_length, default="auto",
+    sv.add_argument("--draft-max", type=_draft_length, default=AUTO,
                     help="draft length for requests that do not choose (default auto)")
     sv.add_argument("--cors", metavar="ORIGIN", help="allow browser pages from ORIGIN (default: none)")
     sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait (default 4)")
@@ -166,7 +175,7 @@ def _load(args):
 
 
 def cmd_generate(args) -> int:
-    from .engine import GenerationConfig
+    from .generation import GenerationConfig
     from .sampling import SamplingParams
 
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -221,7 +230,7 @@ def _print_result(args, text: str, thinking: str, stats, **extra) -> None:
 
 def _generate_remote(args, sp) -> int:
     """generate on a server: the same output (and JSON keys) as a local run, plus the engine."""
-    from .engine import GenerationConfig
+    from .generation import GenerationConfig
 
     if args.raw:
         raise ValueError("--raw needs a local model: servers apply their own chat template")
@@ -372,10 +381,13 @@ COMMANDS = {"generate": cmd_generate, "bench": cmd_bench, "serve": cmd_serve, "m
             "models": cmd_models}
 
 
-def main(argv=None) -> int:
+def main(argv=None, window: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Run `tandem` with `argv`; without a command, `window(args)` opens the app (when given)."""
     ap = build_parser()
     args = ap.parse_args(argv)
     if not args.command:
+        if window is not None:
+            return window(args)
         ap.print_help()
         return EXIT_USAGE
     try:
