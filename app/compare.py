@@ -1,7 +1,8 @@
 """Compare mode: one prompt, baseline then MTP on the same loaded target, two panes.
 
-Both runs share one device, so they run one after the other; afterwards "Replay" plays
-both answers side by side at their recorded timings, so the race is shown as it happened.
+Both runs share one device, so they run one after the other (`CompareRun` is the schedule and
+its results; the chat session runs it); afterwards "Replay" plays both answers side by side at
+their recorded timings, so the race is shown as it happened.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import html
 import statistics
 import time
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
@@ -37,7 +39,7 @@ def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1)
             why = ("checking several tokens at once costs nearly as much as writing them one by one on this "
                    "hardware (typical of CPUs); try draft length auto")
         text = f"<b>MTP was slower here ({ratio:.2f}×)</b> {speeds}: {why}."
-    if usual_tps and bt and abs(bt / usual_tps - 1) > 0.2:
+    if usual_tps and bt and bt < 0.8 * usual_tps:  # slower than usual: something else used the machine
         text += (f" <span style='color:#c77c02'>The baseline ran at {bt:.1f} tok/s where this machine usually "
                  f"does {usual_tps:.1f}: it was busy, so run the comparison again.</span>")
     return text
@@ -46,6 +48,54 @@ def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1)
 SHORT_RUN_S = 3.0  # runs shorter than this are repeated (a median of 3 each): timer noise and a
 # busy moment weigh too much in one short run
 REPEATS = 2
+
+
+@dataclass
+class CompareRun:
+    """One comparison: its prompt, the runs still to do, and each kind's results."""
+
+    prompt: str
+    messages: list[dict]
+    greedy: bool
+    draft_max: int | str
+    queue: list = field(default_factory=lambda: [("baseline", False), ("mtp", True)])  # (which, use_mtp)
+    runs: dict = field(default_factory=lambda: {"baseline": [], "mtp": []})  # which -> [ReplyResult]
+    repeats: int = 0  # runs of each kind added because the first ones were short
+    concluded: bool = False
+
+    def next_run(self) -> tuple[str, bool, bool] | None:
+        """(which, use_mtp, first of its kind) for the next run, or None when all are done."""
+        if not self.queue:
+            return None
+        which, use_mtp = self.queue.pop(0)
+        return which, use_mtp, not self.runs[which]
+
+    def stop(self) -> None:
+        self.queue.clear()
+
+    def record(self, which: str, result) -> None:
+        """A run finished: repeat short runs once, conclude when nothing is left."""
+        self.runs[which].append(result)
+        b, m = self.runs["baseline"], self.runs["mtp"]
+        if (not self.queue and len(m) == 1 and b
+                and max(r.stats.get("decode_s") or 0.0 for r in b + m) < SHORT_RUN_S):
+            self.queue = [("baseline", False), ("mtp", True)] * REPEATS
+            self.repeats = REPEATS
+        self.concluded = not self.queue
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.runs["baseline"] and self.runs["mtp"])
+
+    def median_tps(self, which: str) -> float:
+        return statistics.median(r.stats.get("decode_tps") or 0.0 for r in self.runs[which])
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.complete:
+            return None
+        bt, mt = self.median_tps("baseline"), self.median_tps("mtp")
+        return mt / bt if bt and mt else None
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -68,7 +118,7 @@ class Pane(QWidget):
         lay.addWidget(self.title)
         lay.addWidget(self.view, 1)
         lay.addWidget(self.stats)
-        self.result: dict | None = None
+        self.result = None  # the first ReplyResult of this kind
 
     def clear(self, waiting: str = ""):
         self.view.setPlainText(waiting)
@@ -111,110 +161,87 @@ class ComparePage(QWidget):
         self._timer.timeout.connect(self._tick)
         self._replay_t0 = 0.0
         self.greedy = True
-        self.runs: dict[str, list[dict]] = {"baseline": [], "mtp": []}
-        self.concluded = False
-        self.queue: list[tuple[str, bool]] = []  # the runs still to do: (which, use_mtp)
+        self.run: CompareRun | None = None
 
-    def start(self, prompt: str, greedy: bool, draft_max: int | str, servers: tuple[str, str] | None = None):
+    WAITING = ("running…", "waiting for the baseline run to finish…")
+
+    def start(self, run: CompareRun, servers: tuple[str, str] | None = None):
         """`servers`: (baseline server, MTP server) when a remote engine runs both."""
-        self.greedy = greedy
-        self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(prompt[:300]))}")
+        self.greedy = run.greedy
+        self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(run.prompt[:300]))}")
         if servers:
             self.base.title.setText(f"<b>Baseline</b> (no drafter, {html.escape(servers[0])})")
             self.mtp.title.setText(f"<b>MTP</b> (the server's drafter, {html.escape(servers[1])})")
         else:
+            k = run.draft_max
             self.base.title.setText("<b>Baseline (no drafter)</b>")
-            self.mtp.title.setText(f"<b>MTP (drafter on, k {draft_max})</b>" if draft_max == "auto"
-                                   else f"<b>MTP (drafter on, k={draft_max})</b>")
-        self.base.clear("running…")
-        self.mtp.clear("waiting for the baseline run to finish…")
+            self.mtp.title.setText(f"<b>MTP (drafter on, k {k})</b>" if isinstance(k, str) else
+                                   f"<b>MTP (drafter on, k={k})</b>")
+        self.base.clear(self.WAITING[0])
+        self.mtp.clear(self.WAITING[1])
         self.verdict.setText(
             "Running the baseline server, then the MTP server (one at a time, so neither slows the other; servers "
             "cannot switch drafting per request)." if servers else
             "Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
         self.replay_btn.setEnabled(False)
-        self.runs = {"baseline": [], "mtp": []}
-        self.concluded = False
-        self.queue = [("baseline", False), ("mtp", True)]
+        self.run = run
 
-    # ---- the schedule: baseline, MTP, and two more of each when the runs were short ----
-    def next_run(self) -> tuple[str, bool, bool] | None:
-        """(which, use_mtp, first of its kind) for the next run, or None when all are done."""
-        if not self.queue:
-            return None
-        which, use_mtp = self.queue.pop(0)
-        return which, use_mtp, not self.runs[which]
+    @property
+    def concluded(self) -> bool:
+        return self.run is not None and self.run.concluded
 
-    def stop(self) -> None:
-        self.queue.clear()
-
-    def finished(self, which: str, result: dict) -> None:
-        """A run finished: record it, repeat short runs once, conclude when nothing is left."""
-        self.done(which, result)
-        b, m = self.runs["baseline"], self.runs["mtp"]
-        if (not self.queue and len(m) == 1 and b
-                and max(r["stats"].get("decode_s") or 0.0 for r in b + m) < SHORT_RUN_S):
-            self.queue = [("baseline", False), ("mtp", True)] * REPEATS
-            self.repeating(REPEATS)
-        if not self.queue:
-            self.conclude()
-
-    def interrupted(self, message: str) -> None:
+    def interrupted(self, message: str = "") -> None:
         """Stopped or failed: with both kinds of run done the verdict uses what there is."""
-        self.queue.clear()
-        if self.base.result and self.mtp.result:
-            self.conclude()
-        else:
-            self.failed(message or "stopped before both runs finished")
+        run = self.run
+        run.stop()
+        run.concluded = True
+        if run.complete:
+            self._conclude()
+            return
+        message = message or "stopped before both runs finished"
+        for pane in (self.base, self.mtp):  # no pane goes on saying it runs
+            if pane.result is None and pane.view.toPlainText() in self.WAITING:
+                pane.view.setPlainText("stopped" if message.startswith("stopped") else "failed")
+        self.verdict.setText(f"Comparison failed: {html.escape(message)}")
 
     def stream(self, which: str, text: str):
         pane = self.base if which == "baseline" else self.mtp
         if pane.result is not None:
             return  # a repeat (short runs): the pane keeps the first run's text
-        if pane.view.toPlainText() in ("running…", "waiting for the baseline run to finish…"):
+        if pane.view.toPlainText() in self.WAITING:
             pane.view.setPlainText("")
         pane.view.moveCursor(QTextCursor.End)
         pane.view.insertPlainText(for_display(text))
 
-    def done(self, which: str, result: dict):
-        """One run finished. Repeats (short runs) only add their numbers: the panes keep the
+    def show_run(self, run: CompareRun, which: str) -> None:
+        """A run finished. Repeats (short runs) only add their numbers: the panes keep the
         first run's text and timings for Replay."""
-        self.runs[which].append(result)
+        result = run.runs[which][-1]
         pane = self.base if which == "baseline" else self.mtp
         if pane.result is None:
             pane.result = result
-            pane.view.setPlainText(for_display(result["answer"]))
-        tps = [r["stats"].get("decode_tps") or 0.0 for r in self.runs[which]]
-        pane.stats.setText(html.escape(result["stats"].get("footer", "")) if len(tps) == 1 else
+            pane.view.setPlainText(for_display(result.answer))
+        tps = [r.stats.get("decode_tps") or 0.0 for r in run.runs[which]]
+        pane.stats.setText(html.escape(result.stats.get("footer", "")) if len(tps) == 1 else
                            f"median {statistics.median(tps):.1f} tok/s of {len(tps)} runs "
                            f"({', '.join(f'{t:.1f}' for t in tps)})")
-        if which == "baseline" and self.mtp.result is None:
-            self.mtp.view.setPlainText("running…")
+        if which == "baseline" and self.mtp.result is None and not run.concluded:
+            self.mtp.view.setPlainText(self.WAITING[0])
+        if run.concluded:
+            self._conclude() if run.complete else self.interrupted()
+        elif run.repeats and len(run.runs["mtp"]) == 1 and which == "mtp":
+            self.verdict.setText(f"The runs were short, so one run's speed is mostly noise: running each "
+                                 f"{run.repeats} more times, alternating, for a steady median…")
 
-    def repeating(self, times: int) -> None:
-        self.verdict.setText(f"The runs were short, so one run's speed is mostly noise: running each {times} "
-                             "more times, alternating, for a steady median…")
-
-    def conclude(self) -> None:
+    def _conclude(self) -> None:
         """All runs are in: the verdict (medians when repeated) and Replay."""
-        if self.base.result and self.mtp.result:
-            self._verdict()
-            self.replay_btn.setEnabled(True)
-        self.concluded = True
-
-    def failed(self, message: str):
-        self.verdict.setText(f"Comparison failed: {html.escape(message)}")
-        self.concluded = True
-
-    def _verdict(self):
+        run = self.run
         b, m = self.base.result, self.mtp.result
-        bt = statistics.median(r["stats"].get("decode_tps") or 0.0 for r in self.runs["baseline"])
-        mt = statistics.median(r["stats"].get("decode_tps") or 0.0 for r in self.runs["mtp"])
-        ratio = (mt / bt) if bt and mt else None
-        runs = min(len(self.runs["baseline"]), len(self.runs["mtp"]))
-        parts = [speed_verdict(ratio, bt, mt, m["stats"], b.get("usual_tps"), runs)]
+        bt, mt = run.median_tps("baseline"), run.median_tps("mtp")
+        runs = min(len(run.runs["baseline"]), len(run.runs["mtp"]))
+        parts = [speed_verdict(run.ratio, bt, mt, m.stats, b.usual_tps, runs)]
         if self.greedy:
-            diff = first_difference(b["answer"], m["answer"])
+            diff = first_difference(b.answer, m.answer)
             if diff is None:
                 parts.append("· <span style='color:#2e9d52'><b>identical output</b></span> ✓")
             else:
@@ -226,6 +253,7 @@ class ComparePage(QWidget):
             parts.append("· sampling (temperature > 0): the outputs differ by design, "
                          "but both follow the same distribution")
         self.verdict.setText(" ".join(parts))
+        self.replay_btn.setEnabled(True)
 
     # ---- replay ------------------------------------------------------------------
     def replay(self):
@@ -241,7 +269,7 @@ class ComparePage(QWidget):
         t = time.perf_counter() - self._replay_t0
         running = False
         for which, pane in (("baseline", self.base), ("mtp", self.mtp)):
-            tl = pane.result["timeline"]
+            tl = pane.result.timeline
             i = self._cursor[which]
             while i < len(tl) and tl[i][0] <= t:
                 pane.view.moveCursor(QTextCursor.End)

@@ -4,12 +4,10 @@ gathers it."""
 
 from __future__ import annotations
 
-from typing import Callable
-
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QToolButton, QVBoxLayout, QWidget
 
-from .attachments import FILE_FILTER, AttachmentBar, AttachmentError, from_mime, read_file
+from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, from_mime, read_file
 from .chat_view import EditBanner
 from .safe_text import message
 from .widgets import InputBox
@@ -17,11 +15,12 @@ from .widgets import InputBox
 
 class Composer(QWidget):
     refused = Signal(str)  # an attachment the loaded model cannot read: one line for the status bar
+    editing_changed = Signal(object)  # the message whose new version is being written; None: no more
 
-    def __init__(self, refusal: Callable[[str], str | None], parent=None):
-        """`refusal(kind)`: None when the loaded model reads that kind ("image", "audio"), else why not."""
+    def __init__(self, parent=None):
         super().__init__(parent)
-        self.refusal = refusal
+        self.info = None  # the loaded model's app.chat_types.ModelInfo
+        self.editing = None  # the MessageWidget whose new version is in the input box
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.edit_banner = EditBanner()
@@ -41,6 +40,49 @@ class Composer(QWidget):
         row.addWidget(self.attach_btn)
         row.addWidget(self.send_btn)
         lay.addLayout(row)
+
+    def show_model(self, info, busy: bool) -> None:
+        """Attaching as the loaded model (a ModelInfo, or None) allows; Send or Stop."""
+        self.info = info
+        media_ok = bool(info and (info.vision or info.audio))
+        self.attach_btn.setEnabled(media_ok and not busy)
+        self.attach_btn.setToolTip(
+            ("Attach pictures" + (" or sounds" if info.audio else "") +
+             " (also: paste a screenshot, or drop files on the input)") if media_ok else
+            f"Attaching is off: {self.refusal('image')}")
+        self.send_btn.setText("Stop" if busy else "Send")
+        self.send_btn.setEnabled(busy or info is not None)
+
+    def begin_edit(self, w) -> None:
+        """Put a message back in the input box; sending makes a new version of it."""
+        self.editing = w
+        self.edit_banner.show()
+        self.attach_bar.clear()
+        for path, name, kind in w.media:  # the new version starts with the same attachments
+            if path is not None and path.is_file():
+                self.attach_bar.add(Attachment(path.read_bytes(), name, kind))
+        self.input.setPlainText(w.text)
+        self.input.setFocus()
+        self.editing_changed.emit(w)
+
+    def cancel_edit(self) -> None:
+        if self.editing is not None:
+            self.editing = None
+            self.attach_bar.clear()
+            self.edit_banner.hide()
+            self.editing_changed.emit(None)
+
+    def take(self) -> tuple[str, list, object]:
+        """What to send: the text, the attachments, and the message it is a new version of (or None)."""
+        text, editing = self.input.toPlainText().strip(), self.editing
+        self.input.clear()
+        self.editing = None
+        self.edit_banner.hide()
+        return text, self.attach_bar.take(), editing
+
+    def refusal(self, kind: str) -> str | None:
+        """None when the loaded model reads that kind ("image", "audio"), else why not."""
+        return "no model is loaded" if self.info is None else self.info.media_refusal(kind)
 
     def attach_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Attach pictures or sounds", "", FILE_FILTER)

@@ -205,7 +205,7 @@ class ConnectionEditor(QDialog):
         if self.conn.url and normalize_url(self.conn.url) != url:
             self.conn.models = []  # another server: its models are not known yet
         self.conn.name, self.conn.url, self.conn.baseline_url = name, url, base
-        self.session_only = not set_api_key(name, self.key.text().strip())
+        set_api_key(name, self.key.text().strip())  # without a keyring: kept until Tandem closes
         self.accept()
 
 

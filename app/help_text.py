@@ -30,3 +30,42 @@ def about() -> str:
             f"<p>llama-cpp-python {version()} · GPU offload: "
             f"{'yes' if supports_gpu_offload() else 'no (CPU build)'}<br>"
             f"<small>{system_info()}</small></p><p>Log: {log_path()}</p>")
+
+
+def acceptance_details(s: dict) -> str:
+    """A reply's Details: acceptance per draft position and what auto did."""
+    import html
+
+    pp = s.get("per_position_acceptance") or []
+    rows = "".join(f"<tr><td>draft {i + 1}</td><td align=right>{v * 100:.0f} %</td></tr>" for i, v in enumerate(pp))
+    auto = (f" Draft length auto: {s.get('mean_draft_length') or 0:.2f} tokens per step on average, "
+            f"{s.get('undrafted_steps', 0)} steps without drafting (drafts were not paying off there)."
+            if s.get("draft_max") == "auto" else "")
+    return (f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"
+            f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
+            f"in {s.get('steps', 0)} verify steps.{auto}</p>")
+
+
+def mtp_limit(ceiling: float, costs_ms: tuple[float, float, float]) -> str:
+    """The banner where measurements say MTP cannot beat plain decoding on this machine."""
+    decode, verify, draft = costs_ms
+    return (f"On this machine MTP is unlikely to be faster than plain decoding for this model: one decode takes "
+            f"{decode:.1f} ms, a verify of 2 tokens {verify:.1f} ms and a draft step {draft:.1f} ms, so even "
+            f"if every draft were accepted it would reach about {ceiling:.2f}x. With k auto Tandem keeps "
+            "drafting paused (it still tries now and then); switch MTP off to skip the drafter entirely.")
+
+
+def mtp_switch_tip(info) -> str:
+    """The MTP switch's tooltip for the loaded model (an app.chat_types.ModelInfo, or None)."""
+    if info is not None and info.remote and not info.can_switch_mtp:
+        return (f"{info.engine} decides about drafting when it starts, not per request"
+                + (f": {info.mtp_reason}" if info.mtp_reason else ": it drafts"))
+    if info is not None and not info.has_mtp:
+        return f"MTP unavailable: {info.mtp_reason}"
+    return ("MTP: a small drafter guesses the next few words and the model checks them all in one pass. "
+            "Same answer, often faster. Help → How MTP works")
+
+
+COMPARE_NEEDS_BASELINE = ("Compare needs a baseline server: the same model served without a drafter (servers "
+                          "cannot switch drafting per request). Add its address to this connection in "
+                          "Settings → Connections.")

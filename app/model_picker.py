@@ -31,7 +31,6 @@ class ModelPicker(QComboBox):
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self.setToolTip("The model to chat with: switch with one click. Models… adds, downloads and removes them")
         self._current = ""  # a local target path, or "remote:<connection>:<model>"
-        self._status = ""
         self.activated.connect(self._activated)
         self.refresh()
 
@@ -39,7 +38,6 @@ class ModelPicker(QComboBox):
         """Rebuild the list; `current` is the loaded (or loading) target, `status` words for it."""
         if current is not None:
             self._current = current if not current or current.startswith("remote:") else str(Path(current).resolve())
-        self._status = status
         self.blockSignals(True)
         self.clear()
         entries = sorted(self.library.entries(), key=lambda e: (e.last_used, e.added), reverse=True)

@@ -13,6 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from engine.generation import AUTO, SERVER_DRAFT
+
 SERIES_COLORS = {"MTP": "#2e9d52", "baseline": "#8a8f98"}
 
 
@@ -207,11 +209,11 @@ class StatsBar(QWidget):
 
     def _set_k(self, s: dict) -> None:
         lab, _ = self.labels["k"]
-        if s.get("draft_max") == "server":  # a server: its draft length was set when it started
+        if s.get("draft_max") == SERVER_DRAFT:  # a server: its draft length was set when it started
             lab.setText("k: set by the server" if s.get("drafts_reported") else "drafts: not reported")
         elif s.get("mode") != "mtp":
             lab.setText("k: –" if s.get("mode") is None else "MTP off")
-        elif s.get("draft_max") != "auto":
+        elif s.get("draft_max") != AUTO:
             lab.setText(f"k: {s.get('draft_max')}")
         elif s.get("paused"):
             lab.setText("MTP paused: drafts not paying off")

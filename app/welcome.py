@@ -132,6 +132,9 @@ class DownloadDialog(QDialog):
             self.local_btn.show()
         else:
             self.status.setText(("Cancelled. " if kind == "cancelled" else "Download failed: ") + message)
+        # room for the whole message: a top-level layout squeezes a wrapped label to fewer lines
+        self.status.setMinimumHeight(self.status.heightForWidth(self.status.width()))
+        self.adjustSize()
         self.cancel_btn.setText("Close")
         self.cancel_btn.setEnabled(True)
         self.cancel_btn.clicked.disconnect()
@@ -168,7 +171,7 @@ class WelcomeDialog(QDialog):
 
             machine = this_machine()
         self.machine = machine
-        self.chosen: tuple[str, str, int] | None = None  # (target, drafter, draft_max)
+        self.chosen: tuple[str, str] | None = None  # (target, drafter)
 
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("<h2>Welcome to Tandem</h2>"
@@ -258,7 +261,7 @@ class WelcomeDialog(QDialog):
                 message(self, QMessageBox.Information, "Downloaded without a drafter",
                         f"{m.title} was downloaded, but no MTP drafter pairs with it, so it runs without "
                         "the speed-up.\n\n" + "\n".join(self.download_dialog.notes))
-            self.chosen = (t, d, m.draft_max)
+            self.chosen = (t, d)
             self.accept()
 
     def use_local(self):
@@ -277,5 +280,5 @@ class WelcomeDialog(QDialog):
             message(self, QMessageBox.Information, "No MTP drafter found",
                     f"Tandem will run without the drafter (no speed-up).\n\nWhy: {why}")
         self.library.add(Path(path).stem, path, drafter, "import")
-        self.chosen = (path, str(drafter) if drafter else "", 3)
+        self.chosen = (path, str(drafter) if drafter else "")
         self.accept()

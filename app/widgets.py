@@ -222,16 +222,17 @@ class MessageWidget(QFrame):
         self._show_continue()
 
     def _show_continue(self) -> None:
-        cut = bool(self.stats and self.stats.get("finish_reason") in ("length", "cancelled"))
+        # cut at max tokens, stopped, or by an error (a server that went away): Continue writes on
+        cut = bool(self.stats and self.stats.get("finish_reason") in ("length", "cancelled", "error"))
         self.buttons["continue"].setVisible(self.role == "assistant" and self._last and cut and bool(self.text))
 
 
 class InputBox(QPlainTextEdit):
-    """Enter sends, Shift+Enter inserts a newline, Esc stops, Tab moves on to the next control.
-    Pictures and sounds pasted or dropped here become attachments (`media` signal)."""
+    """Enter sends, Shift+Enter inserts a newline, Tab moves on to the next control (Esc is the
+    window's: it stops wherever the focus is). Pictures and sounds pasted or dropped here become
+    attachments (`media` signal)."""
 
     send = Signal()
-    stop = Signal()
     media = Signal(object)  # QMimeData holding pictures or files
 
     def canInsertFromMimeData(self, source) -> bool:
@@ -251,9 +252,6 @@ class InputBox(QPlainTextEdit):
     def keyPressEvent(self, e):
         if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
             self.send.emit()
-            return
-        if e.key() == Qt.Key_Escape:
-            self.stop.emit()
             return
         super().keyPressEvent(e)
 

@@ -1,9 +1,9 @@
 """The engine thread: one QObject living in a QThread owns the backend — the local llama.cpp
 Engine, or a remote server (with, for Compare, a second one serving the model without a drafter).
 
-The GUI talks to it only through queued signals (and `cancel()`, which only sets a
-thread-safe flag in the engine). Token updates are coalesced to about 15 per second so the
-window stays fluid however fast tokens arrive. Signals carry plain Python containers.
+The GUI talks to it only through queued signals carrying the records of `chat_types` (and
+`cancel()`, which only records, thread-safely, which requests are stopped). Token updates are
+coalesced to about 15 per second so the window stays fluid however fast tokens arrive.
 """
 
 from __future__ import annotations
@@ -16,190 +16,180 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import TandemError
-from engine.engine import Engine, GenerationConfig
+from engine.engine import Engine
 from engine.errors import ContextOverflowError
+from engine.generation import GenerationConfig
 from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
-from engine.strategies import AUTO, AUTO_K_MAX
+from engine.strategies import AUTO_K_MAX
 from engine.template_sandbox import RenderCancelled
+
+from .chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
 EMIT_INTERVAL_S = 1 / 15  # text updates per second: smooth to read, little CPU taken from decoding
 
 
-def _draft_length(value) -> int | str:
-    """'auto', or a fixed draft length (the window's k control sends 0 for auto)."""
-    return AUTO if value in (AUTO, 0, None) else int(value)
-
-
 class EngineWorker(QObject):
-    loaded = Signal(dict)  # {"target", "drafter", "n_ctx", "has_mtp"}
-    load_failed = Signal(str)
+    loaded = Signal(object)  # ModelInfo
+    load_failed = Signal(str, bool)  # the engine's message; whether the model loaded before is still loaded
     load_progress = Signal(str, float)  # which model, fraction
     stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
-    finished = Signal(int, dict)  # request id, {"answer", "thinking", "origins", "stats", "timeline", ...}
-    failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled"), message
-    counted = Signal(int, int, int)  # conversation id, prompt tokens of its history, context size
+    finished = Signal(int, object)  # request id, ReplyResult
+    failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled" | "no_model"), message
+    counted = Signal(int, int, int)  # conversation id, prompt tokens of its history (-1: the server counts), context
 
     def __init__(self):
         super().__init__()
         self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
         self.baseline = None  # remote only: the same model served without a drafter, for Compare
-        self._replying = False  # the window's own reply holds the engine's turn
         self._media_cache: OrderedDict = OrderedDict()  # attachment path -> decoded Media
         self._closing = False
         self._stopped_rid = 0  # requests up to this id were stopped by the user
+        self._info: ModelInfo | None = None
 
     # -- called from the GUI thread directly: only touches thread-safe state ---------
-    def cancel(self, rid: int | None = None) -> None:
-        """Stop request `rid` (and any earlier one), also if it has not started yet: the
-        request id is remembered, because starting a generation clears the engine's flag."""
-        if rid is not None:
-            self._stopped_rid = max(self._stopped_rid, rid)
-        for e in (self.engine, self.baseline):
-            # a local engine serving an editor right now is not the window's to stop
-            if e is not None and (getattr(e, "turn", None) is None or self._replying):
-                e.cancel()
+    def cancel(self, rid: int) -> None:
+        """Stop request `rid` (and any earlier one), also if it has not started yet. Only the
+        window's own requests see it: an editor's request on the same engine goes on."""
+        self._stopped_rid = max(self._stopped_rid, rid)
 
     def request_close(self) -> None:
         self._closing = True
-        self.cancel()
+        for e in (self.engine, self.baseline):
+            if e is not None:
+                e.cancel()  # whatever runs, also an editor's request: the models are going
 
     # -- slots, run in the engine thread -------------------------------------------------
-    @Slot(dict)
-    def load(self, spec: dict) -> None:
+    @Slot(object)
+    def load(self, req: LoadRequest) -> None:
+        if not req.remote:
+            why = self._cannot_load(req)
+            if why:  # refused before anything is unloaded: what was loaded stays loaded
+                self.load_failed.emit(why, self.engine is not None)
+                return
         self._unload()
-        if spec.get("server"):
-            self._load_remote(spec)
-            return
         try:
-            opts = LoadOptions(
-                n_ctx=int(spec.get("n_ctx", 4096)), n_threads=int(spec.get("threads", 0)),
-                target_gpu_layers=int(spec.get("target_gpu_layers", 0)),
-                drafter_gpu_layers=int(spec.get("drafter_gpu_layers", 0)))
-
-            def progress(label, frac):
-                self.load_progress.emit(label, frac)
-                return not self._closing  # returning False aborts loading
-
-            self.engine, media_note = self._load_local(spec, opts, progress)
+            self._info = self._load_remote(req) if req.remote else self._load_local(req)
         except TandemError as e:
-            self.load_failed.emit(str(e))
+            self.load_failed.emit(str(e), False)
             return
         except Exception as e:  # a failed load must leave the app usable
-            self.load_failed.emit(f"{type(e).__name__}: {e}")
+            self.load_failed.emit(f"{type(e).__name__}: {e}", False)
             return
-        rt = self.engine.rt
-        self.loaded.emit({
-            "target": str(rt.target_info.path), "drafter": str(rt.drafter_info.path) if rt.drafter_info else "",
-            "target_name": rt.target_info.path.name,
-            "drafter_name": rt.drafter_info.path.name if rt.drafter_info else "",
-            "n_ctx": self.engine.n_ctx, "has_mtp": self.engine.has_mtp, "mtp_reason": self.engine.mtp_reason,
-            "remote": None, "engine": "llama.cpp", "can_switch_mtp": True, "has_baseline": self.engine.has_mtp,
-            "vision": bool(self.engine.projector and self.engine.projector.vision),
-            "audio": bool(self.engine.projector and self.engine.projector.audio),
-            "mmproj": str(self.engine.projector.info.path) if self.engine.projector else "",
-            "media_note": media_note,
-        })
+        self.loaded.emit(self._info)
 
     @staticmethod
-    def _load_local(spec: dict, opts, progress):
+    def _cannot_load(req: LoadRequest) -> str:
+        """Why these files cannot be loaded, found without loading them (a file gone, not a
+        GGUF), or ""."""
+        from engine.models.gguf_info import read_gguf_info
+
+        for path in (req.target, req.drafter):
+            if not path:
+                continue
+            try:
+                read_gguf_info(path)
+            except (OSError, TandemError) as e:
+                return str(e) if isinstance(e, TandemError) else f"{path}: {e.strerror or e}"
+        return ""
+
+    def _load_local(self, req: LoadRequest) -> ModelInfo:
+        opts = LoadOptions(n_ctx=req.n_ctx, n_threads=req.threads, target_gpu_layers=req.target_gpu_layers,
+                           drafter_gpu_layers=req.drafter_gpu_layers)
+
+        def progress(label, frac):
+            self.load_progress.emit(label, frac)
+            return not self._closing  # returning False aborts loading
+
+        self.engine, media_note = self._load_pair(req, opts, progress)
+        e, rt = self.engine, self.engine.rt
+        p = e.projector
+        return ModelInfo(
+            target=str(rt.target_info.path), drafter=str(rt.drafter_info.path) if rt.drafter_info else "",
+            target_name=rt.target_info.path.name, drafter_name=rt.drafter_info.path.name if rt.drafter_info else "",
+            n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason,
+            vision=bool(p and p.vision), audio=bool(p and p.audio), mmproj=str(p.info.path) if p else "",
+            media_note=media_note)
+
+    @staticmethod
+    def _load_pair(req: LoadRequest, opts, progress):
         """The engine, with the projector next to the target when there is one. A projector
         that cannot be used leaves the model usable for text, and says why."""
         from engine.media import ProjectorError
         from engine.models.pairing import find_projector
 
-        mmproj = spec.get("mmproj")
+        mmproj = req.mmproj
         if mmproj is None:
             try:
-                found = find_projector(spec["target"])
+                found = find_projector(req.target)
             except (OSError, TandemError):
                 found = None
             mmproj = str(found) if found else ""
+        drafter = req.drafter or None
         if not mmproj:
-            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress), \
+            return Engine.load(req.target, drafter, opts, progress), \
                 "no projector (mmproj) next to the model: pictures and audio are off"
         try:
-            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress, mmproj=mmproj), ""
+            return Engine.load(req.target, drafter, opts, progress, mmproj=mmproj), ""
         except ProjectorError as e:  # the model itself is fine: it loads without pictures
-            return Engine.load(spec["target"], spec.get("drafter") or None, opts, progress), \
-                f"pictures and audio are off: {e}"
+            return Engine.load(req.target, drafter, opts, progress), f"pictures and audio are off: {e}"
 
-    def _load_remote(self, spec: dict) -> None:
+    def _load_remote(self, req: LoadRequest) -> ModelInfo:
         """Connect to a server (and its baseline server, when there is one)."""
         from engine.backends.remote import RemoteBackend
 
-        try:
-            self.load_progress.emit(spec["server"], 0.0)
-            self.engine = RemoteBackend(spec["server"], spec.get("api_key") or None, spec.get("model") or None)
-        except Exception as e:
-            self.load_failed.emit(str(e) if isinstance(e, TandemError) else f"{type(e).__name__}: {e}")
-            return
-        e, baseline_note = self.engine, ""
-        if spec.get("baseline_server"):
+        self.load_progress.emit(req.server, 0.0)
+        self.engine = e = RemoteBackend(req.server, req.api_key or None, req.model or None)
+        baseline_error = ""
+        if req.baseline_server:
             try:
-                self.baseline = RemoteBackend(spec["baseline_server"], spec.get("api_key") or None, e.model)
+                self.baseline = RemoteBackend(req.baseline_server, req.api_key or None, e.model)
             except TandemError as err:
-                baseline_note = f"the baseline server is not available: {err}"
-        self.loaded.emit({
-            "target": "", "drafter": "", "target_name": e.model, "drafter_name": "",
-            "n_ctx": e.n_ctx or 0, "has_mtp": bool(e.has_mtp), "mtp_reason": e.mtp_reason,
-            "remote": {"connection": spec.get("connection", ""), "model": e.model, "server": e.base_url},
-            "engine": e.engine_name, "can_switch_mtp": e.can_switch_mtp,
-            "has_baseline": self.baseline is not None or e.can_switch_mtp,
-            "baseline_server": self.baseline.base_url if self.baseline else "",
-            "baseline_note": baseline_note or ("" if self.baseline or e.can_switch_mtp else
-                                               "Compare needs a baseline server: the same model served without "
-                                               "a drafter (servers cannot switch drafting per request). Add its "
-                                               "address to this connection in Settings → Connections."),
-        })
-    @Slot(int, list, dict)
-    def generate(self, rid: int, messages: list, cfg: dict) -> None:
-        if self.engine is None:
-            self.failed.emit(rid, "error", "No model is loaded.")
-            return
+                baseline_error = str(err)
+        return ModelInfo(
+            target="", drafter="", target_name=e.model, drafter_name="", n_ctx=e.n_ctx or 0,
+            has_mtp=bool(e.has_mtp), mtp_reason=e.mtp_reason, engine=e.engine_name, can_switch_mtp=e.can_switch_mtp,
+            remote=RemoteInfo(req.connection, e.model, e.base_url),
+            baseline_server=self.baseline.base_url if self.baseline else "", baseline_error=baseline_error)
+
+    @Slot(object)
+    def generate(self, req: ReplyRequest) -> None:
+        rid = req.rid
+
         def stopped() -> bool:
             return self._closing or rid <= self._stopped_rid
 
-        e = self.baseline if cfg.get("backend") == "baseline" else self.engine
+        e = self.baseline if req.settings.on_baseline_server else self.engine
         if e is None:
-            self.failed.emit(rid, "error", "No baseline server is connected.")
+            self.failed.emit(rid, "no_model", "")
             return
         # the local engine may be serving an editor (tandem serve in the app): wait for its turn,
         # still answering Stop while waiting
-        turn = getattr(e, "turn", None)
-        acquired = turn is None
+        acquired = False
         while not acquired and not stopped():
-            acquired = turn.acquire(timeout=0.1)
-        if stopped():
-            if acquired and turn is not None:
-                turn.release()
+            acquired = e.turn.acquire(timeout=0.1)
+        if not acquired:
             self.failed.emit(rid, "cancelled", "")
             return
-        self._replying = True
         try:
-            self._generate(rid, messages, cfg, e, stopped)
+            self._generate(req, e, stopped)
         finally:
-            self._replying = False
-            if turn is not None:
-                turn.release()
+            e.turn.release()
 
-    def _generate(self, rid, messages, cfg, e, stopped) -> None:
+    def _generate(self, req: ReplyRequest, e, stopped) -> None:
+        rid, s = req.rid, req.settings
         try:
-            messages = self._with_media(messages)
-            sp = SamplingParams(temperature=float(cfg.get("temperature", 0.0)), top_k=int(cfg.get("top_k", 64)),
-                                top_p=float(cfg.get("top_p", 0.95)), min_p=float(cfg.get("min_p", 0.0)),
-                                repeat_penalty=float(cfg.get("repeat_penalty", 1.0)))
-            gc = GenerationConfig(max_tokens=int(cfg.get("max_tokens", 1024)), use_mtp=bool(cfg.get("use_mtp", True)),
-                                  draft_max=_draft_length(cfg.get("draft_max", "auto")), sampling=sp,
-                                  seed=cfg.get("seed"))
-            if cfg.get("drop_oldest"):
-                messages = e.drop_oldest_turns(messages, bool(cfg.get("thinking", False)), stopped)
-            if cfg.get("fresh"):
+            messages = self._with_media(req.messages)
+            sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                                repeat_penalty=s.repeat_penalty)
+            gc = GenerationConfig(max_tokens=s.max_tokens, use_mtp=s.use_mtp, draft_max=s.draft_max, sampling=sp,
+                                  seed=s.seed)
+            if s.drop_oldest:
+                messages = e.drop_oldest_turns(messages, s.thinking, stopped)
+            if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
-            events = e.chat(messages, gc, enable_thinking=bool(cfg.get("thinking", False)), should_stop=stopped,
-                            answer_prefix=str(cfg.get("answer_prefix", "")))
-            if stopped():  # a Stop that came while the prompt was prepared
-                e.cancel()
+            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stopped,
+                            answer_prefix=s.answer_prefix)
         except RenderCancelled:
             self.failed.emit(rid, "cancelled", "")
             return
@@ -230,16 +220,17 @@ class EngineWorker(QObject):
                     self.stream.emit(rid, pending, self._live(stats))
                     pending, last_emit = [], now
         except Exception as err:
-            traceback.print_exc()
-            self.failed.emit(rid, "error", f"Generation failed: {err}")
+            if not isinstance(err, TandemError):
+                traceback.print_exc()
+            if pending:  # the text that came before the error is the user's
+                self.stream.emit(rid, pending, self._live(stats) if stats else {})
+            self.failed.emit(rid, "error", str(err))
             return
-        self.finished.emit(rid, {
-            "answer": "".join(answer), "thinking": "".join(thinking), "origins": origins,
-            "timeline": timeline, "stats": self._live(stats) if stats else {},
-            "finish_reason": stats.finish_reason if stats else "error",
-            "usual_tps": usual_tps,
-            **(self._mtp_limit() if stats and stats.mode == "mtp" and e.kind == "local" else {}),
-        })
+        result = ReplyResult("".join(answer), "".join(thinking), origins, timeline,
+                             self._live(stats) if stats else {}, usual_tps)
+        if stats and stats.mode == "mtp" and e.kind == "local":
+            self._mtp_limit(result)
+        self.finished.emit(rid, result)
 
     @Slot(int, list, bool)
     def count_tokens(self, cid: int, messages: list, thinking: bool) -> None:
@@ -250,7 +241,7 @@ class EngineWorker(QObject):
             n = self.engine.count_tokens(self._with_media(messages), thinking)
         except TandemError:
             return  # the meter stays as it was; sending will report the problem
-        self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)  # -1: the server counts
+        self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)
 
     MEDIA_CACHE = 16  # decoded attachments kept between requests (the same picture, every turn)
 
@@ -293,22 +284,21 @@ class EngineWorker(QObject):
         one = costs.batch_cost(1) if costs is not None else None
         return 1.0 / one if one else None
 
-    def _mtp_limit(self) -> dict:
+    def _mtp_limit(self, result: ReplyResult) -> None:
         """Where the measured costs say MTP cannot beat plain decoding on this machine even if
-        every draft were accepted: the numbers, for the window to say so once."""
+        every draft were accepted: the ceiling and the costs, for the window to say so once."""
         c = self.engine.costs
         ceiling = c.ceiling(AUTO_K_MAX)
-        if ceiling is None or ceiling >= 1.0:
-            return {}
-        return {"mtp_ceiling": ceiling,
-                "mtp_costs": f"one decode takes {c.batch_cost(1) * 1e3:.1f} ms, a verify of 2 tokens "
-                             f"{c.batch_cost(2) * 1e3:.1f} ms and a draft step {c.draft * 1e3:.1f} ms"}
+        if ceiling is not None and ceiling < 1.0:
+            result.mtp_ceiling = ceiling
+            result.mtp_costs_ms = (c.batch_cost(1) * 1e3, c.batch_cost(2) * 1e3, c.draft * 1e3)
 
     @Slot()
     def shutdown(self) -> None:
         self._unload()
 
     def _unload(self) -> None:
+        self._info = None
         if self.baseline is not None:
             self.baseline.close()
             self.baseline = None

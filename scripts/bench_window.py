@@ -40,14 +40,14 @@ def window_run(app, win, tokens: int) -> float:
     win.settings["max_tokens"] = tokens
     win.input.setPlainText(PROMPT)
     loop = QEventLoop()
-    win.worker.finished.connect(loop.quit)
-    win.worker.failed.connect(loop.quit)
+    win.session.worker.finished.connect(loop.quit)
+    win.session.worker.failed.connect(loop.quit)
     win.send()
     loop.exec()
-    win.worker.finished.disconnect(loop.quit)
-    win.worker.failed.disconnect(loop.quit)
+    win.session.worker.finished.disconnect(loop.quit)
+    win.session.worker.failed.disconnect(loop.quit)
     app.processEvents()  # deliver the finished reply to the window
-    return win._message_widgets()[-1].stats["decode_tps"]
+    return win.chat_view.widgets()[-1].stats["decode_tps"]
 
 
 def main() -> int:
@@ -80,7 +80,7 @@ def main() -> int:
                      "show_charts": not args.no_charts})
     win = MainWindow(settings, Store(tmp / "chats.sqlite3"))
     win.show()
-    while win.model_info is None:
+    while win.session.model_info is None:
         app.processEvents()
         time.sleep(0.01)
     engine = Engine.load(model, args.drafter or None, LoadOptions(n_threads=args.threads))

@@ -18,7 +18,7 @@ from pathlib import Path
 def main(out: Path, theme: str = "light") -> int:
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import apply_theme
+    from app.theme import apply_theme
     from app.settings import Settings
     from app.store import Store
     from app.window import MainWindow
@@ -58,11 +58,11 @@ def main(out: Path, theme: str = "light") -> int:
         pix.save(str(out / name))
         print(out / name)
 
-    wait(lambda: win.model_info is not None)
+    wait(lambda: win.session.model_info is not None)
     for prompt in ("Hello! Who are you?", "Write a Python function that adds two numbers."):
         win.input.setPlainText(prompt)
         win.send()
-        wait(lambda: win._active is None)
+        wait(lambda: not win.session.busy)
     shot("chat.png")
 
     win.origin_switch.setChecked(True)
@@ -85,7 +85,7 @@ def main(out: Path, theme: str = "light") -> int:
     win.attach_bar.add(Attachment(png_bytes(img), "shapes.png", "image"))
     win.input.setPlainText("What shapes are in this picture?")
     win.send()
-    wait(lambda: win._active is None)
+    wait(lambda: not win.session.busy)
     shot("vision.png")
 
     win.input.setPlainText("Count from one to twenty.")

@@ -20,11 +20,12 @@ def _chunk(model, delta, finish=None, **extra):
 
 class RecordedServer:
     """kind: "vllm" (per-request spec metrics + /metrics) or "ollama" (no draft statistics);
-    `stall_s`: how long the server says nothing before its first chunk (a slow server)."""
+    `stall_s`: how long the server says nothing before its first chunk (a slow server);
+    `cut_after`: the server dies after that many words (the connection ends, no finish reason)."""
 
     def __init__(self, kind: str = "vllm", model: str = "google/gemma-4-31B-it", api_key: str | None = None,
-                 stall_s: float = 0.0):
-        self.kind, self.model, self.api_key, self.stall_s = kind, model, api_key, stall_s
+                 stall_s: float = 0.0, cut_after: int | None = None):
+        self.kind, self.model, self.api_key, self.stall_s, self.cut_after = kind, model, api_key, stall_s, cut_after
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0, 0, 0, 0]}
         self.requests: list[dict] = []
         owner = self
@@ -111,12 +112,16 @@ class RecordedServer:
                     for i, v in enumerate([3, 2, 1, 1]):
                         c["per_pos"][i] += v
                 events.append(final)
+                if owner.cut_after is not None:  # the role chunk, some words, then the connection ends
+                    events = events[:1 + owner.cut_after]
+                    self.close_connection = True
                 for ev in events:
                     self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
                     self.wfile.flush()
                     time.sleep(0.005)
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                if owner.cut_after is None:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True  # a stalled reply must not hold up the test's end

@@ -22,7 +22,7 @@ def make_window(qtbot, tmp_path, target, drafter="", **settings):
     w = MainWindow(s, Store(tmp_path / "chats.sqlite3"), Library(tmp_path / "models.json"))
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.model_info is not None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: w.session.model_info is not None, timeout=TIMEOUT)
     return w
 
 
@@ -37,8 +37,8 @@ def win(qtbot, tmp_path, tiny):
 def send(qtbot, w, text):
     w.input.setPlainText(text)
     qtbot.keyClick(w.input, Qt.Key_Return)
-    qtbot.waitUntil(lambda: w._active is None, timeout=TIMEOUT)
-    return w._message_widgets()[-1]
+    qtbot.waitUntil(lambda: not w.session.busy, timeout=TIMEOUT)
+    return w.chat_view.widgets()[-1]
 
 
 def compare(qtbot, w, text):
@@ -51,7 +51,7 @@ def compare(qtbot, w, text):
 
 def test_send_streams_and_finishes_with_stats(qtbot, win):
     chunks = []
-    win.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))
+    win.session.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))
     win.settings["max_tokens"] = 400
     assert win.draft_spin.value() == 0 and win.draft_spin.text() == "k auto"  # the default
     win.draft_spin.setValue(3)
@@ -77,18 +77,18 @@ def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
     assert first.stats["mode"] == "mtp"
     win.mtp_switch.setChecked(False)
     assert not win.draft_spin.isEnabled()
-    win.regenerate()
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    second = win._message_widgets()[-1]
+    win.session.regenerate()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    second = win.chat_view.widgets()[-1]
     assert second.stats["mode"] == "baseline" and "baseline" in second.footer.text()
     assert second.text == first.text  # greedy: the drafter changes speed, not output
     win.mtp_switch.setChecked(True)
     win.draft_spin.setValue(5)
-    win.regenerate()
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    assert win._message_widgets()[-1].stats["draft_max"] == 5
+    win.session.regenerate()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    assert win.chat_view.widgets()[-1].stats["draft_max"] == 5
     # per-chat settings are stored with the conversation
-    assert win.store.conversation(win.conversation_id).settings["draft_max"] == 5
+    assert win.store.conversation(win.session.conversation_id).settings["draft_max"] == 5
 
 
 def test_switch_disabled_without_drafter(qtbot, tmp_path, tiny):
@@ -107,10 +107,10 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     qtbot.waitUntil(lambda: page.concluded, timeout=TIMEOUT)
     assert win.stack.currentIndex() == 1
     # the tiny model's runs take milliseconds: each was repeated, and the verdict uses medians
-    assert len(page.runs["baseline"]) == len(page.runs["mtp"]) == 3
+    assert len(page.run.runs["baseline"]) == len(page.run.runs["mtp"]) == 3
     assert "median of 3 runs each" in page.verdict.text() and "of 3 runs" in page.mtp.stats.text()
-    assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
-    assert page.base.result["answer"] == page.mtp.result["answer"] != ""
+    assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "mtp"
+    assert page.base.result.answer == page.mtp.result.answer != ""
     assert "identical output" in page.verdict.text()
     assert any(w in page.verdict.text() for w in ("faster", "About the same speed", "slower here"))
     shown = page.base.view.toPlainText(), page.mtp.view.toPlainText()
@@ -119,7 +119,7 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     qtbot.waitUntil(lambda: not page.replaying, timeout=TIMEOUT)
     assert (page.base.view.toPlainText(), page.mtp.view.toPlainText()) == shown
     # the comparison did not touch the conversation
-    assert win._message_widgets() == [] or all(m.role != "assistant" for m in win._message_widgets())
+    assert win.chat_view.widgets() == [] or all(m.role != "assistant" for m in win.chat_view.widgets())
 
 
 def test_stop_mid_reply_keeps_partial_answer(qtbot, win):
@@ -128,30 +128,30 @@ def test_stop_mid_reply_keeps_partial_answer(qtbot, win):
         win.input.setPlainText("a b c")
         qtbot.keyClick(win.input, Qt.Key_Return)
         # some text must be on screen to keep (the first chunks can be hidden control tokens)
-        qtbot.waitUntil(lambda: win._active is None or bool(win._active["widget"].text), timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: not win.session.busy or bool(win.session.active.widget.text), timeout=TIMEOUT)
         qtbot.keyClick(win.input, Qt.Key_Escape)
-        qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-        reply = win._message_widgets()[-1]
+        qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+        reply = win.chat_view.widgets()[-1]
         if reply.stats["finish_reason"] != "stop":
             break
     assert reply.stats["finish_reason"] == "cancelled" and "stopped" in reply.footer.text()
-    saved = win.store.messages(win.conversation_id)[-1]
+    saved = win.store.messages(win.session.conversation_id)[-1]
     assert saved.content == reply.text != ""
 
 
 def test_edit_and_regenerate(qtbot, win):
     send(qtbot, win, "first question")
     send(qtbot, win, "second question")
-    n = len(win._message_widgets())
-    win.regenerate()
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    assert len(win._message_widgets()) == n
-    win.edit_message([w for w in win._message_widgets() if w.role == "user"][-1])
+    n = len(win.chat_view.widgets())
+    win.session.regenerate()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    assert len(win.chat_view.widgets()) == n
+    win.edit_message([w for w in win.chat_view.widgets() if w.role == "user"][-1])
     assert win.input.toPlainText() == "second question"
-    assert len([w for w in win._message_widgets() if not w.isHidden()]) == n - 2
+    assert len([w for w in win.chat_view.widgets() if not w.isHidden()]) == n - 2
     reply = send(qtbot, win, "second question, edited")
-    assert [m.role for m in win.store.messages(win.conversation_id)] == ["user", "assistant"] * 2
-    assert win.store.messages(win.conversation_id)[-2].content == "second question, edited"
+    assert [m.role for m in win.store.messages(win.session.conversation_id)] == ["user", "assistant"] * 2
+    assert win.store.messages(win.session.conversation_id)[-2].content == "second question, edited"
     assert reply.text
 
 
@@ -169,10 +169,10 @@ def test_persistence_survives_restart(qtbot, tmp_path, tiny):
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
     reply = send(qtbot, w, "remember me")
     text, footer = reply.text, reply.footer.text()
-    w.rename_conversation(w.conversation_id, "Kept chat")
+    w.rename_conversation(w.session.conversation_id, "Kept chat")
     w.close()
     w2 = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
-    msgs = w2._message_widgets()
+    msgs = w2.chat_view.widgets()
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[1].text == text and msgs[1].footer.text() == footer
     assert w2.chat_list.titles() == ["Kept chat"]
@@ -187,13 +187,13 @@ def test_persistence_survives_restart(qtbot, tmp_path, tiny):
 def test_close_while_generating_exits_cleanly_and_saves(qtbot, tmp_path, tiny):
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=100000)
     chunks = []
-    w.worker.stream.connect(lambda *a: chunks.append(a))
+    w.session.worker.stream.connect(lambda *a: chunks.append(a))
     w.input.setPlainText("a b c")
     qtbot.keyClick(w.input, Qt.Key_Return)
     qtbot.waitUntil(lambda: len(chunks) >= 2, timeout=TIMEOUT)
     w.close()
-    assert not w.thread.isRunning()
-    saved = Store(tmp_path / "chats.sqlite3").messages(w.conversation_id)
+    assert not w.session.thread.isRunning()
+    saved = Store(tmp_path / "chats.sqlite3").messages(w.session.conversation_id)
     assert saved[-1].role == "assistant" and saved[-1].content  # the partial reply is kept
 
 
@@ -204,9 +204,9 @@ def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, mon
     for i in range(8):
         send(qtbot, w, f"question number {i} " + "word " * 12)
     assert asked and "context" in asked[0]
-    assert w._message_widgets()[-1].stats["generated_tokens"] >= 1
+    assert w.chat_view.widgets()[-1].stats["generated_tokens"] >= 1
     # nothing was deleted from the saved conversation
-    assert len([m for m in w.store.messages(w.conversation_id) if m.role == "user"]) == 8
+    assert len([m for m in w.store.messages(w.session.conversation_id) if m.role == "user"]) == 8
     w.close()
 
 
@@ -250,9 +250,9 @@ def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
     saved = Settings(win.settings.path)
     assert saved["n_ctx"] == 2048 and saved["temperature"] == 0.7 and saved["system_prompt"] == "Be brief."
     win.load_models(saved["target"], saved["drafter"])
-    qtbot.waitUntil(lambda: win.model_info is not None, timeout=TIMEOUT)
-    assert win.model_info["n_ctx"] == 2048 and not win.model_info["has_mtp"]
-    assert win._history()[0] == {"role": "system", "content": "Be brief."}
+    qtbot.waitUntil(lambda: win.session.model_info is not None, timeout=TIMEOUT)
+    assert win.session.model_info.n_ctx == 2048 and not win.session.model_info.has_mtp
+    assert win.session.history()[0] == {"role": "system", "content": "Be brief."}
 
 
 def test_markdown_code_blocks_copy_and_thinking(qtbot):
@@ -287,8 +287,8 @@ def test_export_markdown_and_json(qtbot, win):
     import json
 
     send(qtbot, win, "export me")
-    md = win.store.export_markdown(win.conversation_id)
-    js = json.loads(win.store.export_json(win.conversation_id))
+    md = win.store.export_markdown(win.session.conversation_id)
+    js = json.loads(win.store.export_json(win.session.conversation_id))
     assert "**You:**" in md and "export me" in md and "tok/s" in md
     assert [m["role"] for m in js["messages"]] == ["user", "assistant"]
     assert js["messages"][1]["stats"]["mode"] == "mtp"
@@ -298,7 +298,7 @@ def test_stopping_a_comparison_leaves_the_window_usable(qtbot, win):
     win.input.setPlainText("a b c")
     win.compare()
     win.stop()  # before the first run has even started
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: "stopped" in win.compare_page.verdict.text(), timeout=TIMEOUT)
     assert win.send_btn.text() == "Send" and win.compare_btn.isEnabled()
 
@@ -388,12 +388,12 @@ def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
         for _ in range(10):
             c.record_batch(rows, 0.02 * (1 + 2.0 * (rows - 1)))
     c.record_draft(0.004)
-    win.worker.engine.costs = c
+    win.session.worker.engine.costs = c
     win.settings["max_tokens"] = 4
     send(qtbot, win, "Hello")
     assert win.mtp_banner.isVisible()
     text = win.mtp_banner.text()
-    assert "cannot be faster" in text and "20.0 ms" in text and "60.0 ms" in text
+    assert "unlikely to be faster" in text and "20.0 ms" in text and "60.0 ms" in text
     win.mtp_banner.hide()
     send(qtbot, win, "again")
     assert not win.mtp_banner.isVisible()  # said once per loaded model
@@ -409,13 +409,13 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     monkeypatch.setattr(w, "open_settings", lambda: opened.append(True))
     w.input.setPlainText("word " * 400)
     w.send()
-    qtbot.waitUntil(lambda: len(asked) >= 2 and w._active is None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: len(asked) >= 2 and not w.session.busy, timeout=TIMEOUT)
     qtbot.wait(300)
     assert asked == ["Conversation too long", "Message too long for the context"]
     assert opened == [True]
     assert "Generating" not in w.statusBar().currentMessage()
     # the message is kept for editing; no empty reply is left behind
-    msgs = w.store.messages(w.conversation_id)
+    msgs = w.store.messages(w.session.conversation_id)
     assert [m.role for m in msgs] == ["user"]
     w.close()
 
@@ -423,7 +423,7 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
 def test_dark_theme_shows_disabled_controls_placeholders_and_check_boxes(qapp):
     from PySide6.QtGui import QPalette
 
-    from app.gui import apply_theme
+    from app.theme import apply_theme
 
     try:
         apply_theme(qapp, "dark")
@@ -445,11 +445,11 @@ def test_context_meter_per_chat(qtbot, win):
     send(qtbot, win, "Hello world, this is a test")
     qtbot.waitUntil(lambda: not label.text().startswith(("context: 0 ", "context: –")), timeout=TIMEOUT)
     used = int(label.text().split()[1].replace(",", ""))
-    reply = win._message_widgets()[-1]
+    reply = win.chat_view.widgets()[-1]
     # the history now holds the prompt and the reply
     assert used >= reply.stats["prompt_tokens"] + reply.stats["generated_tokens"] - 2
-    assert f"/ {win.model_info['n_ctx']:,} tokens" in label.text()
-    first = win.conversation_id
+    assert f"/ {win.session.model_info.n_ctx:,} tokens" in label.text()
+    first = win.session.conversation_id
     win.new_conversation()
     qtbot.waitUntil(lambda: label.text().startswith("context: 0 / "), timeout=TIMEOUT)
     win.open_conversation(first)
@@ -551,20 +551,34 @@ def test_chat_list_groups_by_date_deletes_with_the_key_and_multi_select(qtbot, t
 
 def test_daily_basics_examples_tab_font_and_geometry(qtbot, tmp_path, tiny):
     from PySide6.QtCore import QRect
+    from PySide6.QtWidgets import QApplication
 
+    from app.theme import apply_theme
+
+    apply_theme(QApplication.instance(), "light")  # as `tandem` starts: the app's style sheet is set
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     w.new_conversation()
-    assert w.empty_state.isVisible()  # a new chat offers example prompts
-    w.empty_state.findChildren(QToolButton)[2].click()  # the speed demo
-    qtbot.waitUntil(lambda: w._active is None and len(w._message_widgets()) == 2, timeout=TIMEOUT)
-    assert not w.empty_state.isVisible()
-    assert w._message_widgets()[0].text.startswith("Count from one to fifty")
+    assert w.chat_view.empty_state.isVisible()  # a new chat offers example prompts
+    w.chat_view.empty_state.findChildren(QToolButton)[2].click()  # the speed demo
+    qtbot.waitUntil(lambda: not w.session.busy and len(w.chat_view.widgets()) == 2, timeout=TIMEOUT)
+    assert not w.chat_view.empty_state.isVisible()
+    assert w.chat_view.widgets()[0].text.startswith("Count from one to fifty")
     assert w.input.tabChangesFocus()  # Tab leaves the input box
-    base = w.font().pointSizeF()
-    w.scale_font(0.2)
-    assert w.font().pointSizeF() == pytest.approx(base * 1.2, rel=0.01) and w.settings["font_scale"] == 1.2
-    w.scale_font(0)
-    assert w.font().pointSizeF() == pytest.approx(base, rel=0.01)
+    # View → Larger text reaches what the user reads: the input, the messages, the chat list
+    view = next(a.menu() for a in w.menuBar().actions() if a.text() == "&View")
+    larger = {a.text(): a for a in view.actions()}
+
+    def sizes():
+        reply = w.chat_view.widgets()[-1]
+        return [x.font().pointSizeF() for x in (w.input, reply.body, w.chat_list)]
+
+    base = sizes()
+    larger["Larger text"].trigger()
+    larger["Larger text"].trigger()
+    assert w.settings["font_scale"] == 1.2
+    assert sizes() == pytest.approx([b * 1.2 for b in base], rel=0.02)
+    larger["Normal text size"].trigger()
+    assert sizes() == pytest.approx(base, rel=0.01)
     w.setGeometry(QRect(40, 50, 1200, 640))
     assert (w.width(), w.height()) == (1200, 640)  # the example prompts do not force it wider
     w.close()
@@ -578,15 +592,15 @@ def test_per_chat_system_prompt(qtbot, win):
     from app.system_prompt import PRESETS, SystemPromptDialog
 
     win.settings["system_prompt"] = "Default instructions."
-    assert win._history()[:1] == [] or win._history()[0]["content"] == "Default instructions."
-    win.set_chat_system_prompt(PRESETS["Concise"])
+    assert win.session.history()[:1] == [] or win.session.history()[0]["content"] == "Default instructions."
+    win.session.set_system_prompt(PRESETS["Concise"])
     win.mtp_switch.setChecked(not win.mtp_switch.isChecked())  # other chat settings keep it
-    assert win._with_system([])[0] == {"role": "system", "content": PRESETS["Concise"]}
-    first = win.conversation_id
+    assert win.session.with_system([])[0] == {"role": "system", "content": PRESETS["Concise"]}
+    first = win.session.conversation_id
     win.new_conversation()
-    assert win._with_system([])[0]["content"] == "Default instructions."  # other chats: the default
+    assert win.session.with_system([])[0]["content"] == "Default instructions."  # other chats: the default
     win.open_conversation(first)
-    assert win._with_system([])[0]["content"] == PRESETS["Concise"]
+    assert win.session.with_system([])[0]["content"] == PRESETS["Concise"]
     dlg = SystemPromptDialog(PRESETS["Concise"])
     qtbot.addWidget(dlg)
     assert dlg.preset.currentText() == "Concise"
@@ -608,7 +622,7 @@ def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, 
     assert set(chart.series) == {"baseline", "MTP"}  # both runs on one chart
     assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP"][0]) >= 1
     assert [round(v, 6) for v in bars.values] == [
-        round(v, 6) for v in page.mtp.result["stats"]["per_position_acceptance"]]
+        round(v, 6) for v in page.mtp.result.stats["per_position_acceptance"]]
     # View → Speed charts hides them, and the choice is kept
     win.charts_act.setChecked(False)
     assert win.stats_bar.charts.isHidden() and win.settings["show_charts"] is False
@@ -622,7 +636,7 @@ def test_switching_chats_shows_that_chats_numbers_not_the_previous_ones(qtbot, w
     send(qtbot, win, "a b c d e f g")
     first = win.stats_bar.labels["decode"][0].text()
     assert first != "tok/s: –" and len(win.stats_bar.chart.points) >= 1
-    first_chat = win.conversation_id
+    first_chat = win.session.conversation_id
     win.new_conversation()
     assert win.stats_bar.labels["decode"][0].text() == "tok/s: –"  # a new chat has no numbers yet
     assert win.stats_bar.chart.points == [] and win.stats_bar.bars.values == []
@@ -645,8 +659,8 @@ def test_usable_at_800_by_600(qtbot, win):
     qtbot.waitUntil(lambda: win.size().width() == 800 and win.size().height() == 600, timeout=5000)
     qtbot.wait(100)  # the stats fold into two rows on the resize; let the layout settle
     assert win.stats_bar.charts.isHidden()  # folded away below 700 px: the chat keeps its room
-    for w in (win.picker, win.mtp_switch, win.draft_spin, win.think_switch, win.compare_btn, win.help_btn,
-              win.settings_btn, win.send_btn, *[lab for lab, _ in win.stats_bar.labels.values()]):
+    for w in (win.picker, win.mtp_switch, win.draft_spin, win.think_switch, win.compare_btn, win.toolbar.help_btn,
+              win.toolbar.settings_btn, win.send_btn, *[lab for lab, _ in win.stats_bar.labels.values()]):
         right = w.mapTo(win, QPoint(w.width(), 0)).x()
         assert w.isVisible() and right <= win.width(), w
         assert w.width() >= w.minimumSizeHint().width(), w  # nothing squeezed below its text

@@ -70,7 +70,7 @@ def test_chats_saved_before_branches_open_unchanged(tmp_path):
 
 
 def _shown(win):
-    return [(w.role, w.text) for w in win._message_widgets() if not w.isHidden()]
+    return [(w.role, w.text) for w in win.chat_view.widgets() if not w.isHidden()]
 
 
 def test_window_regenerate_edit_and_arrows(qtbot, tmp_path, tiny):
@@ -78,20 +78,20 @@ def test_window_regenerate_edit_and_arrows(qtbot, tmp_path, tiny):
     send(qtbot, win, "first question")
     send(qtbot, win, "second question")
     before = _shown(win)
-    reply = win._message_widgets()[-1]
+    reply = win.chat_view.widgets()[-1]
     reply.action.emit("regenerate", reply)
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    ws = win._message_widgets()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    ws = win.chat_view.widgets()
     assert len(ws) == 4 and ws[-1].version_label.text() == "2 / 2" and not ws[-1].version_label.isHidden()
     second = ws[-1].text
     ws[-1].action.emit("previous", ws[-1])  # back to the first answer
     assert _shown(win) == before
-    assert win._message_widgets()[-1].version_label.text() == "1 / 2"
-    win._message_widgets()[-1].action.emit("next", win._message_widgets()[-1])
-    assert win._message_widgets()[-1].text == second
+    assert win.chat_view.widgets()[-1].version_label.text() == "1 / 2"
+    win.chat_view.widgets()[-1].action.emit("next", win.chat_view.widgets()[-1])
+    assert win.chat_view.widgets()[-1].text == second
 
     # edit the FIRST question: a new branch from the start; the old one stays reachable
-    first_q = win._message_widgets()[0]
+    first_q = win.chat_view.widgets()[0]
     first_q.action.emit("edit", first_q)
     assert win.input.toPlainText() == "first question" and not win.edit_banner.isHidden()
     assert _shown(win) == []  # the edited message and what followed are out of view while editing
@@ -99,11 +99,11 @@ def test_window_regenerate_edit_and_arrows(qtbot, tmp_path, tiny):
     assert win.edit_banner.isHidden() and len(_shown(win)) == 4
     first_q.action.emit("edit", first_q)
     send(qtbot, win, "first question, edited")
-    ws = win._message_widgets()
+    ws = win.chat_view.widgets()
     assert [w.text for w in ws][0] == "first question, edited" and len(ws) == 2
     assert ws[0].version_label.text() == "2 / 2"
     ws[0].action.emit("previous", ws[0])
-    assert [w.text for w in win._message_widgets()][:3] == ["first question", before[1][1], "second question"]
+    assert [w.text for w in win.chat_view.widgets()][:3] == ["first question", before[1][1], "second question"]
     assert len(win.store.db.execute("SELECT id FROM messages").fetchall()) == 7
     win.close()
 
@@ -114,15 +114,15 @@ def test_continue_a_reply_cut_at_max_tokens(qtbot, tmp_path, tiny):
     assert reply.stats["finish_reason"] == "length" and reply.buttons["continue"].isVisible()
     cut, n_cut = reply.text, len(reply.origins)
     reply.action.emit("continue", reply)
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    ws = win._message_widgets()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    ws = win.chat_view.widgets()
     assert len(ws) == 2 and ws[-1].text.startswith(cut) and len(ws[-1].text) > len(cut)
-    stored = win.store.messages(win.conversation_id)[-1]
+    stored = win.store.messages(win.session.conversation_id)[-1]
     assert stored.content == ws[-1].text and len(stored.origins) > n_cut  # both parts' tokens
     assert "".join(t for t, _ in stored.origins) == stored.content
     # the same 32 tokens in one go give the same text (greedy)
     win.settings["max_tokens"] = 32
     reply.action.emit("regenerate", ws[-1])
-    qtbot.waitUntil(lambda: win._active is None, timeout=TIMEOUT)
-    assert win._message_widgets()[-1].text == stored.content
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    assert win.chat_view.widgets()[-1].text == stored.content
     win.close()

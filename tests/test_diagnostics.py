@@ -58,13 +58,14 @@ def test_native_crash_is_offered_at_next_start(tmp_path):
 
 def test_about_reports_version_and_llama_build(qtbot, tmp_path, tiny):
     import engine
+    from app import help_text
     from app.settings import Settings
     from app.store import Store
     from app.window import MainWindow
 
     w = MainWindow(Settings(tmp_path / "s.json"), Store(tmp_path / "c.sqlite3"))
     qtbot.addWidget(w)
-    text = w.about_text()
+    text = help_text.about()
     assert f"Tandem {engine.__version__}" in text and "llama-cpp-python 0.3.36" in text
     assert "GPU offload" in text and "CPU" in text
     w.close()

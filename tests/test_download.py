@@ -165,7 +165,7 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
 
     win = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"))
     qtbot.addWidget(win)
-    assert win.model_info is None  # first run: nothing configured
+    assert win.session.model_info is None  # first run: nothing configured
     lib = Library(tmp_path / "models.json")
     args = {"endpoint": hub.url, "cache_dir": tmp_path / "hf-cache"}
     dlg = WelcomeDialog(win, args, lib, machine=Machine(ram_budget=16 * 10**9, cpu_bandwidth=20e9, gpu_name="test GPU",
@@ -182,20 +182,20 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
         lambda: self.result_paths is not None or self.error is not None, timeout=20000) or
         (DownloadDialog.Accepted if self.result_paths else DownloadDialog.Rejected))
     dlg.download()
-    assert dlg.chosen and dlg.chosen[0].endswith(TARGET) and dlg.chosen[2] == 2
+    assert dlg.chosen and dlg.chosen[0].endswith(TARGET)
     bars = dlg.download_dialog.bars
     assert bars["target"].value() == 1000 and bars["drafter"].value() == 1000
     assert "MB/s" in dlg.download_dialog.labels["target"].text()
     assert lib.entries()[0].name == "gemma-4-e2b"
     # the window then loads the pair and chats with MTP on
-    t, d, k = dlg.chosen
+    t, d = dlg.chosen
     win.load_models(t, d)
-    qtbot.waitUntil(lambda: win.model_info is not None, timeout=20000)
-    assert win.model_info["has_mtp"]
+    qtbot.waitUntil(lambda: win.session.model_info is not None, timeout=20000)
+    assert win.session.model_info.has_mtp
     win.input.setPlainText("hello")
     win.send()
-    qtbot.waitUntil(lambda: win._active is None, timeout=20000)
-    assert win._message_widgets()[-1].stats["mode"] == "mtp"
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=20000)
+    assert win.chat_view.widgets()[-1].stats["mode"] == "mtp"
     win.close()
 
 

@@ -25,21 +25,21 @@ def _thumbs(w):
 
 def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=24, draft_max=3)
-    assert win.model_info["vision"] and win.model_info["audio"] and win.attach_btn.isEnabled()
+    assert win.session.model_info.vision and win.session.model_info.audio and win.attach_btn.isEnabled()
     assert "sounds" in win.attach_btn.toolTip()
     photo = tmp_path / "photo.png"
     photo.write_bytes(png(seed=4))
 
     # the button
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(photo)], ""))
-    win.attach_files()
+    win.composer.attach_files()
     assert [a.name for a in win.attach_bar.items] == ["photo.png"] and win.attach_bar.isVisible()
     reply = send(qtbot, win, "What is in this picture?")
     assert reply.stats["mode"] == "mtp" and reply.stats["media_s"] > 0 and not win.attach_bar.items
     assert "s reading media" in win.stats_bar.labels["prefill"][0].text()
-    user = win._message_widgets()[-2]
+    user = win.chat_view.widgets()[-2]
     assert len(_thumbs(user)) == 1 and not _thumbs(user)[0].pixmap().isNull()
-    stored = win.store.messages(win.conversation_id)[-2].media
+    stored = win.store.messages(win.session.conversation_id)[-2].media
     assert stored[0]["name"] == "photo.png" and win.store.attachment_path(stored[0]).is_file()
 
     # a follow-up reuses the encoded picture
@@ -65,10 +65,10 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     sound = tmp_path / "tone.wav"
     sound.write_bytes(tone())
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(sound)], ""))
-    win.attach_files()
+    win.composer.attach_files()
     assert [(a.name, a.kind) for a in win.attach_bar.items] == [("tone.wav", "audio")]
     heard = send(qtbot, win, "What is this sound?")
-    assert heard.stats["media_s"] > 0 and "♪" in _thumbs(win._message_widgets()[-2])[0].text()
+    assert heard.stats["media_s"] > 0 and "♪" in _thumbs(win.chat_view.widgets()[-2])[0].text()
 
     # a file that is not a picture: one line, nothing attached
     win.attach_bar.clear()
@@ -77,18 +77,18 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     shown = []
     monkeypatch.setattr("app.composer.message", lambda p, icon, title, text, *a: shown.append(text))
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(bad)], ""))
-    win.attach_files()
+    win.composer.attach_files()
     assert not win.attach_bar.items and len(shown) == 1 and "notes.png" in shown[0]
-    cid = win.conversation_id
+    cid = win.session.conversation_id
     win.close()
 
     # history reopens with its picture
     s = Settings(tmp_path / "settings.json")
     w2 = MainWindow(s, Store(tmp_path / "chats.sqlite3"), Library(tmp_path / "models.json"))
     qtbot.addWidget(w2)
-    qtbot.waitUntil(lambda: w2.model_info is not None, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: w2.session.model_info is not None, timeout=TIMEOUT)
     w2.open_conversation(cid)
-    first_user = [w for w in w2._message_widgets() if w.role == "user"][0]
+    first_user = [w for w in w2.chat_view.widgets() if w.role == "user"][0]
     assert len(_thumbs(first_user)) == 1 and not _thumbs(first_user)[0].pixmap().isNull()
     w2.close()
 
@@ -99,7 +99,7 @@ def test_attaching_is_off_without_a_projector(qtbot, tmp_path, tiny):
     target = shutil.copy(tiny["target"], alone / "gemma-4-test.gguf")
     drafter = shutil.copy(tiny[0.7], alone / "gemma-4-test-assistant.gguf")
     win = make_window(qtbot, tmp_path, target, drafter)
-    assert not win.model_info["vision"] and not win.attach_btn.isEnabled()
+    assert not win.session.model_info.vision and not win.attach_btn.isEnabled()
     assert "no projector" in win.attach_btn.toolTip()
     mime = QMimeData()
     mime.setImageData(QImage(40, 30, QImage.Format_RGB32))
@@ -116,7 +116,7 @@ def test_a_projector_that_does_not_fit_leaves_the_model_usable(qtbot, tmp_path, 
     target = shutil.copy(tiny["target"], folder / "gemma-4-test.gguf")
     write_projector(folder / "mmproj-other-size.gguf", 96)  # another model width
     win = make_window(qtbot, tmp_path, target)
-    assert win.model_info is not None and not win.model_info["vision"]
+    assert win.session.model_info is not None and not win.session.model_info.vision
     assert "another Gemma 4 size" in win.attach_btn.toolTip()
     assert send(qtbot, win, "still chats").text
     win.close()

@@ -95,7 +95,7 @@ def test_picker_switches_models_with_one_click(qtbot, tmp_path, tiny):
     win.picker.refresh()
     i = win.picker.findText("other pair")
     win.picker.activated.emit(i)  # one click
-    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["target"] == t, timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: win.session.model_info is not None and win.session.model_info.target == t, timeout=TIMEOUT)
     assert win.settings["target"] == t and win.picker.currentText().startswith("other pair")
     assert send(qtbot, win, "hello").stats["mode"] == "mtp"
     opened = []

@@ -32,8 +32,8 @@ def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, lla
     win.picker.refresh()
     i = next(i for i in range(win.picker.count()) if win.picker.itemText(i).endswith("— lab server"))
     win.picker.activated.emit(i)
-    qtbot.waitUntil(lambda: win.model_info is not None and bool(win.model_info.get("remote")), timeout=TIMEOUT)
-    assert win.model_info["engine"] == "llama-server"
+    qtbot.waitUntil(lambda: win.session.model_info is not None and bool(win.session.model_info.remote), timeout=TIMEOUT)
+    assert win.session.model_info.engine == "llama-server"
     assert not win.mtp_switch.isEnabled() and not win.compare_btn.isEnabled()  # no baseline server yet
     assert "baseline server" in win.compare_btn.toolTip()
 
@@ -42,7 +42,7 @@ def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, lla
     assert reply.text and s["engine"] == "llama-server" and s["mode"] == "mtp" and s["draft_tokens"] > 0
     assert win.stats_bar.labels["accept"][0].text().endswith("%")
     assert "on llama-server" in reply.footer.text() and win.mtp_switch.isChecked()
-    assert win.settings["remote"] == {"connection": "lab server", "model": win.model_info["target_name"]}
+    assert win.settings["remote"] == {"connection": "lab server", "model": win.session.model_info.target_name}
 
     # Compare: the baseline runs on a second server with the same model and no drafter
     base = LlamaServer(llama_server_bin, tiny["target"], log=tmp_path / "base.log")
@@ -50,12 +50,12 @@ def test_chat_and_compare_through_servers(qtbot, tmp_path, tiny, mtp_server, lla
         conn = load_connections(win.settings)[0]
         conn.baseline_url = base.url
         save_connections(win.settings, [conn])
-        win.load_remote("lab server", win.model_info["target_name"])
-        qtbot.waitUntil(lambda: win.model_info is not None, timeout=TIMEOUT)
-        assert win.model_info["has_baseline"] and win.compare_btn.isEnabled()
+        win.load_remote("lab server", win.session.model_info.target_name)
+        qtbot.waitUntil(lambda: win.session.model_info is not None, timeout=TIMEOUT)
+        assert win.session.model_info.has_baseline and win.compare_btn.isEnabled()
         page = compare(qtbot, win, "a b c d e f g")
-        assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
-        assert page.base.result["answer"] and "tok/s" in page.verdict.text()
+        assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "mtp"
+        assert page.base.result.answer and "tok/s" in page.verdict.text()
         assert base.url in page.base.title.text() and mtp_server.url in page.mtp.title.text()
     finally:
         win.close()

@@ -195,12 +195,12 @@ def test_the_window_compares_on_one_tandem_server(qtbot, tmp_path, tiny, server)
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
     save_connections(win.settings, [Connection("here", server.url, models=["tiny-target"], engine="tandem")])
     win.load_remote("here", "tiny-target")
-    qtbot.waitUntil(lambda: win.model_info is not None and bool(win.model_info.get("remote")), timeout=TIMEOUT)
-    assert win.model_info["can_switch_mtp"] and win.compare_btn.isEnabled()
+    qtbot.waitUntil(lambda: win.session.model_info is not None and bool(win.session.model_info.remote), timeout=TIMEOUT)
+    assert win.session.model_info.can_switch_mtp and win.compare_btn.isEnabled()
     win.draft_spin.setValue(3)  # sent per request; auto may pause drafting on this CPU
     page = compare(qtbot, win, "a b c d e f g")
-    assert page.base.result["stats"]["mode"] == "baseline" and page.mtp.result["stats"]["mode"] == "mtp"
-    assert page.base.result["answer"] == page.mtp.result["answer"] and "identical output" in page.verdict.text()
+    assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "mtp"
+    assert page.base.result.answer == page.mtp.result.answer and "identical output" in page.verdict.text()
     win.close()
 
 
@@ -216,3 +216,67 @@ def test_bench_on_one_tandem_server(server, tmp_path):
     assert res["baseline"]["draft_tokens"] == 0 and res["mtp"][0]["draft_tokens"] > 0
     assert res["mtp"][0]["identical"] == 2  # greedy: the same text with and without drafting
     assert res["mtp"][0]["draft_max"] == 3
+
+
+def test_a_finished_request_never_stops_the_next_holder_of_the_engine(tiny):
+    """The engine's turn passes from an editor's request to the window's reply the moment the
+    request's last token is made; the request's own clean-up runs a moment later, on the
+    server's event loop. That clean-up once cancelled the engine, cutting whatever generation
+    held the turn by then (the window's reply died after one token). The order the app met by
+    chance is forced here: the next generation starts at the hand-over, and a cancel of the
+    whole engine, if any comes, waits until it runs."""
+    from engine.engine import Engine
+    from engine.server import BackgroundServer, ServerState
+
+    engine = Engine.load(tiny["target"], tiny[1.0])
+    after: dict = {}
+    started, handed = threading.Event(), threading.Event()
+
+    def next_holder():
+        with engine.turn:
+            ev = None
+            for ev in engine.chat([{"role": "user", "content": "Count to a thousand"}],
+                                  GenerationConfig(max_tokens=400)):
+                started.set()
+            after["finish"], after["tokens"] = ev.finish_reason, ev.stats.generated_tokens
+        started.set()
+
+    class HandOver:
+        """The engine's turn; at its first release the next generation takes it."""
+
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def acquire(self, *a, **k):
+            return self.lock.acquire(*a, **k)
+
+        __enter__ = acquire
+
+        def __exit__(self, *exc):
+            self.lock.release()
+            if not handed.is_set():
+                handed.set()
+                after["thread"] = threading.Thread(target=next_holder)
+                after["thread"].start()
+
+    real_cancel = engine.cancel
+
+    def cancel_once_the_next_runs():
+        started.wait(30)
+        real_cancel()
+
+    engine.turn, engine.cancel = HandOver(), cancel_once_the_next_runs
+    port = free_port()
+    srv = BackgroundServer(ServerState(lambda: engine, "tiny-target", None, 4, "auto"), port=port)
+    srv.start()
+    try:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
+        r = c.chat.completions.create(model="tiny-target", max_tokens=16, messages=MSGS)
+        assert r.choices[0].finish_reason in ("length", "stop")
+        assert handed.wait(60) and started.wait(60)
+        after["thread"].join(60)
+        assert after["finish"] == "length" and after["tokens"] == 400
+    finally:
+        srv.stop()
+        engine.cancel = real_cancel
+        engine.close()

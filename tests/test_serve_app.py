@@ -51,7 +51,7 @@ def test_loading_another_model_while_serving_serves_that_one(qtbot, tmp_path, ti
     other.mkdir()
     t = shutil.copy(tiny["target"], other / "second-model.gguf")
     win.load_models(str(t), "")
-    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["target"] == str(t), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: win.session.model_info is not None and win.session.model_info.target == str(t), timeout=TIMEOUT)
     assert [m.id for m in c.models.list().data] == ["second-model"]
     r = c.chat.completions.create(model="second-model", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content and "draft_n" not in r.model_extra["timings"]  # no drafter now

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from app.chat_types import LoadRequest, ReplyRequest, ReplySettings
 from app.worker import EngineWorker
 from engine.chat import ChatTemplate
 
@@ -15,7 +16,7 @@ RUNAWAY = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{
 
 def _worker(tiny):
     w = EngineWorker()
-    w.load({"target": tiny["target"], "drafter": tiny[1.0]})
+    w.load(LoadRequest(target=str(tiny["target"]), drafter=str(tiny[1.0])))
     assert w.engine is not None
     return w
 
@@ -34,12 +35,12 @@ def test_stop_before_the_request_starts_is_not_lost(tiny):
     try:
         out = _collect(w)
         w.cancel(1)  # Stop for request 1, pressed before the worker got to it
-        w.generate(1, [{"role": "user", "content": "Hello world"}], {"max_tokens": 200})
+        w.generate(ReplyRequest(1, [{"role": "user", "content": "Hello world"}], ReplySettings(max_tokens=200)))
         assert out["failed"] == [(1, "cancelled")] and not out["finished"]
         # the next request is not affected
-        w.generate(2, [{"role": "user", "content": "Hello world"}], {"max_tokens": 20})
-        assert out["finished"][0][1]["finish_reason"] in ("length", "stop")
-        assert out["finished"][0][1]["stats"]["generated_tokens"] > 0
+        w.generate(ReplyRequest(2, [{"role": "user", "content": "Hello world"}], ReplySettings(max_tokens=20)))
+        assert out["finished"][0][1].finish_reason in ("length", "stop")
+        assert out["finished"][0][1].stats["generated_tokens"] > 0
     finally:
         w.shutdown()
 
@@ -53,26 +54,26 @@ def test_stop_between_rendering_and_the_first_token(tiny):
 
         def chat_then_stop(*a, **k):
             events = real(*a, **k)
-            w.cancel(1)  # lands after generate() started: the engine's flag catches it
+            w.cancel(1)  # lands after generate() started: the request's should_stop catches it
             return events
 
         w.engine.chat = chat_then_stop
-        w.generate(1, [{"role": "user", "content": "Hello world"}], {"max_tokens": 200})
-        assert out["finished"][0][1]["finish_reason"] == "cancelled"
-        assert out["finished"][0][1]["stats"]["generated_tokens"] == 0
+        w.generate(ReplyRequest(1, [{"role": "user", "content": "Hello world"}], ReplySettings(max_tokens=200)))
+        assert out["finished"][0][1].finish_reason == "cancelled"
+        assert out["finished"][0][1].stats["generated_tokens"] == 0
     finally:
         w.shutdown()
 
 
 def test_stop_and_close_during_a_runaway_template(qtbot, tmp_path, tiny):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
-    win.worker.engine.template = ChatTemplate(RUNAWAY)  # as if the model file carried it
+    win.session.worker.engine.template = ChatTemplate(RUNAWAY)  # as if the model file carried it
     win.input.setPlainText("hello")
     win.send()
     qtbot.wait(300)
-    assert win._active is not None
+    assert win.session.busy
     win.stop()
-    qtbot.waitUntil(lambda: win._active is None, timeout=5000)  # far below the 10 s render limit
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=5000)  # far below the 10 s render limit
     assert win.send_btn.text() == "Send"
     # a second runaway request, then closing the window while it renders
     win.input.setPlainText("again")
@@ -81,4 +82,4 @@ def test_stop_and_close_during_a_runaway_template(qtbot, tmp_path, tiny):
     t0 = time.monotonic()
     win.close()
     assert time.monotonic() - t0 < TIMEOUT / 1000
-    assert not win.thread.isRunning()
+    assert not win.session.thread.isRunning()

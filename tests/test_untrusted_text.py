@@ -82,7 +82,7 @@ def test_window_starts_with_a_hostile_chat_as_the_newest(qtbot, tmp_path, tiny):
     store.close()
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:
-        reply = w._message_widgets()[-1]
+        reply = w.chat_view.widgets()[-1]
         assert "[image: x]" in reply.body.document().toPlainText()
         assert reply.body.document().size().height() < 150
     finally:

@@ -1,0 +1,130 @@
+"""The typed records that pass between the window, the chat session and the engine worker.
+
+The worker takes a `LoadRequest` or a `ReplyRequest` and answers with a `ModelInfo` or a
+`ReplyResult`; none of them carries words for the screen except what the engine said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from engine.generation import AUTO
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """A local pair to load (`target`), or a server to connect to (`server`)."""
+
+    target: str = ""
+    drafter: str = ""
+    mmproj: str | None = None  # None: look next to the target
+    n_ctx: int = 4096
+    threads: int = 0
+    target_gpu_layers: int = 0
+    drafter_gpu_layers: int = 0
+    server: str = ""  # remote: the server's base URL
+    baseline_server: str = ""  # remote: the same model without a drafter, for Compare
+    api_key: str = ""
+    model: str = ""  # remote: the served model's name ("": the one it serves)
+    connection: str = ""  # remote: the saved connection's name
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.server)
+
+
+@dataclass(frozen=True)
+class RemoteInfo:
+    connection: str
+    model: str
+    server: str
+
+
+@dataclass
+class ModelInfo:
+    """What is loaded, as the window shows it."""
+
+    target: str  # local: the target's path ("" for a server)
+    drafter: str
+    target_name: str
+    drafter_name: str
+    n_ctx: int  # 0: the server did not say
+    has_mtp: bool
+    mtp_reason: str = ""
+    engine: str = "llama.cpp"
+    can_switch_mtp: bool = True  # drafting on or off per request (local models, tandem serve)
+    remote: RemoteInfo | None = None
+    baseline_server: str = ""  # remote: the connection's baseline server, when it answered
+    baseline_error: str = ""  # remote: why the baseline server is not available
+    vision: bool = False
+    audio: bool = False
+    mmproj: str = ""
+    media_note: str = ""  # why pictures and sounds are off, when they are
+
+    @property
+    def has_baseline(self) -> bool:
+        """Compare can run a baseline: locally with a drafter, remotely on tandem serve or a baseline server."""
+        return bool(self.baseline_server or self.can_switch_mtp) if self.remote else self.has_mtp
+
+    @property
+    def picker_key(self) -> str:
+        """How the model picker names this model."""
+        r = self.remote
+        return f"remote:{r.connection}:{r.model}" if r else self.target
+
+    def media_refusal(self, kind: str) -> str | None:
+        """None when this model reads `kind` ("image" or "audio") attachments, else why not."""
+        if (self.vision if kind == "image" else self.audio):
+            return None
+        if self.remote:
+            return "pictures and sounds are not sent to servers yet"
+        if kind == "audio" and self.vision:
+            return "this model reads no audio (Gemma 4 E2B and E4B do)"
+        return self.media_note or "this model has no projector (mmproj) for pictures"
+
+
+@dataclass(frozen=True)
+class ReplySettings:
+    """How one reply is generated: the app's settings, the chat's switches, and what the
+    session adds for a Compare run, a continued reply or a retry without the oldest turns."""
+
+    temperature: float = 0.0
+    top_k: int = 64
+    top_p: float = 0.95
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    max_tokens: int = 1024
+    use_mtp: bool = True
+    draft_max: int | str = AUTO
+    thinking: bool = False
+    seed: int | None = None
+    fresh: bool = False  # Compare: start from an empty cache, so both runs pay the same prefill
+    drop_oldest: bool = False  # leave out the oldest turns until the chat fits the context
+    answer_prefix: str = ""  # Continue: the reply so far, written on from
+    on_baseline_server: bool = False  # remote Compare: the baseline run goes to the baseline server
+
+    def but(self, **changes) -> "ReplySettings":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ReplyRequest:
+    rid: int
+    messages: list[dict]  # role/content dicts; "attachments": files the store keeps, decoded by the worker
+    settings: ReplySettings
+
+
+@dataclass
+class ReplyResult:
+    answer: str
+    thinking: str
+    origins: list = field(default_factory=list)  # [[text, drafted]] per answer token
+    timeline: list = field(default_factory=list)  # [[seconds, answer, thinking]] for Replay
+    stats: dict = field(default_factory=dict)  # GenerationStats.to_dict() and its footer
+    usual_tps: float | None = None  # plain decoding speed this machine usually reaches with this model
+    mtp_ceiling: float | None = None  # where measurements say MTP cannot beat plain decoding here
+    mtp_costs_ms: tuple[float, float, float] | None = None  # those measurements: decode, verify of 2, draft step
+
+    @property
+    def finish_reason(self) -> str:
+        return self.stats.get("finish_reason") or "error"

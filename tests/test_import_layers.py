@@ -1,0 +1,83 @@
+"""The packages' import graph: app -> engine, never back, and no module of app/ or engine/
+imports one that imports it back (directly or through others). Read from the source with ast,
+so a lazy import inside a function counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """The project modules `name` imports (anywhere in the file, TYPE_CHECKING blocks too: an
+    interface that needs its implementation's module for its annotations is a circle as well)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)  # `from . import x` names a module
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for pkg in ("app", "engine") for p in (ROOT / pkg).rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        deps = set()
+        for mod in _imports(path, name):
+            while mod and mod not in files:  # `engine.models.catalog.find` -> engine.models.catalog
+                mod = mod.rpartition(".")[0]
+            if mod and mod != name:
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def test_engine_never_imports_the_app():
+    bad = {m: sorted(d for d in deps if d.startswith("app")) for m, deps in _graph().items() if m.startswith("engine")}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    packages = {m for m in graph if (ROOT / m.replace(".", "/") / "__init__.py").exists()}
+
+    def deps(m):  # a module's own package (its __init__ re-exporting it) is not a circle of design
+        return {d for d in graph[m] if not (d in packages and m.startswith(d + "."))}
+
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(deps(m)):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)

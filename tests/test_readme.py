@@ -1,0 +1,265 @@
+"""The README is executable: every command in its code blocks runs here, through the installed
+`tandem` console script (the one beside this Python, as the user types it), with the synthetic
+models standing in for downloads and a local hub standing in for Hugging Face.
+
+The commands are read from README.md itself: a command the README gains without a runner here
+fails `test_every_readme_command_is_run`, so this file grows with the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from .hubserver import Hub
+from .llamaserver import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TANDEM = Path(sys.executable).parent / "tandem"  # the console script pip installed
+ENGINE_REPO = "ggml-org/gemma-4-E4B-it-GGUF"
+
+# Not Tandem's to run here, each with the reason: other programs' commands shown for context,
+# and the two set-up commands, which are what CI runs before this test (.ci/run).
+ELSEWHERE = {
+    "bash packaging/install.sh && .venv/bin/tandem": "the set-up; .ci/run installs the same way "
+                                                      "(the window it opens: test_window_starts)",
+    "bash packaging/install.sh --dev && .venv/bin/python -m pytest -q": "the test command: this run",
+    "llama-server": "llama.cpp's server (tests/test_remote.py runs it with the synthetic pair)",
+    "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/test_remote.py)",
+    "apt-get install": "Debian's packages for Xvfb",
+    "xvfb-run": "the screenshots script (a developer tool; the window itself: tests/test_app.py)",
+}
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's indented code blocks, continuation lines joined,
+    comments dropped."""
+    out, pending = [], ""
+    in_fence = False
+    for line in README.read_text("utf-8").splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence or not (line.startswith("    ") or pending):
+            continue
+        text = (pending + " " + line.strip()) if pending else line.strip()
+        if text.endswith("\\"):
+            pending = text[:-1].strip()
+            continue
+        pending = ""
+        text = re.sub(r"\s+#.*$", "", text).strip()
+        if text.startswith((".venv/", "bash ", "llama-server", "vllm", "apt-get", "xvfb-run", "CMAKE_ARGS")):
+            out.append(text)
+    return out
+
+
+def _elsewhere(cmd: str) -> bool:
+    return any(cmd == k or cmd.startswith(k + " ") for k in ELSEWHERE)
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory, tiny):
+    """A user's folder: a fresh home (settings, library, Hugging Face cache), the synthetic
+    files under the names the README uses, and a local hub serving a published layout."""
+    home = tmp_path_factory.mktemp("home")
+    work = home / "work"
+    work.mkdir()
+    t, d = Path(tiny["target"]), Path(tiny[1.0])
+    (home / "models").mkdir()
+    shutil.copy(t, home / "models" / "gemma-4-E4B-it-Q4_K_M.gguf")
+    shutil.copy(d, home / "models" / "gemma-4-E4B-it-assistant-Q8_0.gguf")
+    for name in ("gemma-4-E4B-it-Q4_K_M.gguf", "gemma-4-E4B-it-assistant-Q8_0.gguf"):
+        shutil.copy(home / "models" / name, work / name)
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), (200, 120, 40)).save(work / "photo.png")
+    hub = Hub()
+    hub.add(ENGINE_REPO, "gemma-4-E4B-it-Q4_K_M.gguf", t.read_bytes())
+    hub.add(ENGINE_REPO, "mtp-gemma-4-E4B-it-Q8_0.gguf", d.read_bytes())
+    hub.add(ENGINE_REPO, "README.md", b"# card\n")
+    hub.start()
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CACHE_HOME": str(home / ".cache"),
+           "XDG_STATE_HOME": str(home / ".local/state"), "TANDEM_DATA_DIR": str(home / "tandem-data"),
+           "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), "QT_QPA_PLATFORM": "offscreen"}
+    env.pop("HF_HUB_OFFLINE", None)
+    yield {"home": home, "work": work, "env": env}
+    hub.stop()
+
+
+def run(place, cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`cmd` as the README writes it, with `.venv/bin/tandem` the installed console script."""
+    args = shlex.split(cmd)
+    assert args[0] == ".venv/bin/tandem", cmd
+    r = subprocess.run([str(TANDEM), *args[1:]], cwd=place["work"], env=place["env"], capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    return r
+
+
+def concrete(cmd: str, **values) -> str:
+    """A README line made runnable: [optional parts] kept, placeholders replaced."""
+    cmd = re.sub(r"\[([^\]]*)\]", r"\1", cmd).replace("~/", "$HOME/")
+    cmd = cmd.replace("$HOME/", values.pop("home", "") + "/")
+    for k, v in values.items():
+        cmd = re.sub(rf"(?<![\w./-]){re.escape(k)}(?![\w-])", v, cmd)
+    return cmd
+
+
+class Served:
+    """`tandem serve` started as the README says, until stopped."""
+
+    def __init__(self, place, cmd: str):
+        args = shlex.split(cmd)
+        self.proc = subprocess.Popen([str(TANDEM), *args[1:]], cwd=place["work"], env=place["env"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        port = args[args.index("--port") + 1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while True:
+            assert self.proc.poll() is None, self.proc.stdout.read()
+            try:
+                openai.OpenAI(base_url=self.url, api_key="none", max_retries=0, timeout=2).models.list()
+                return
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline, "tandem serve did not start listening"
+                time.sleep(0.3)
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)  # Ctrl+C, as a user stops it
+        out, _ = self.proc.communicate(timeout=60)
+        return out
+
+
+def test_every_readme_command_is_run():
+    """Each command is run below, or named in ELSEWHERE with the reason."""
+    known = set(RUNNERS)
+    missing = [c for c in readme_commands() if not _elsewhere(c) and c not in known]
+    assert not missing, "README commands without a test here:\n" + "\n".join(missing)
+    assert len(readme_commands()) >= 15  # the blocks were read at all
+
+
+def _use(place, cmd):
+    """The Use section, in its order: test models, replies, JSON, bench."""
+    w = place["work"]
+    c = concrete(cmd, **{"T.gguf": "models/tiny-target.gguf", "D.gguf": "models/tiny-drafter-a0.8.gguf",
+                         "P.gguf": "models/mmproj-tiny.gguf"})
+    r = run(place, c)
+    if " --help" in c:
+        for name in ("generate", "bench", "serve", "models", "make-test-models"):
+            assert re.search(rf"^\s+{name}\s+\S", r.stdout, re.M), f"`tandem --help` does not list {name}"
+    elif "--version" in c:
+        assert r.stdout.startswith("tandem ")
+    elif "make-test-models" in c:
+        assert (w / "models" / "tiny-target.gguf").exists() and (w / "models" / "tiny-drafter-a0.8.gguf").exists()
+    elif " bench " in c:
+        assert "speed-up" in r.stdout and json.loads((w / "bench.json").read_text())["mtp"]
+    elif "--json" in c:
+        out = json.loads(r.stdout)
+        assert out["text"] and out["finish_reason"] in ("stop", "length")
+        assert out["stats"]["mode"] == ("baseline" if "--no-mtp" in c else "mtp")
+    else:
+        assert r.stdout.strip() and "tok/s" in r.stderr
+
+
+USE = [
+    ".venv/bin/tandem --help",
+    ".venv/bin/tandem --version",
+    ".venv/bin/tandem make-test-models models --size tiny --agreement 0.8",
+    '.venv/bin/tandem generate --model models/tiny-target.gguf --drafter models/tiny-drafter-a0.8.gguf "Hello"',
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf --no-mtp --json "Hello"',
+    ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json",
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"',
+]
+MODELS = [
+    ".venv/bin/tandem models list",
+    ".venv/bin/tandem models download gemma-4-e4b --quant Q4_K_M [--dir FOLDER]",
+    ".venv/bin/tandem models download ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M",
+    ".venv/bin/tandem models import ~/models/gemma-4-E4B-it-Q4_K_M.gguf",
+    ".venv/bin/tandem models verify",
+]
+SERVE = ".venv/bin/tandem serve -m gemma-4-E4B-it-Q4_K_M.gguf -d gemma-4-E4B-it-assistant-Q8_0.gguf [--port 8080]"
+REMOTE = [
+    '.venv/bin/tandem generate --server http://gpu-box:8080/v1 [--api-key K] [--model NAME] --json "Hello"',
+    ".venv/bin/tandem bench --server http://gpu-box:8080/v1 --baseline-server http://gpu-box:8081/v1",
+]
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE}
+
+
+def test_use_section(place):
+    for cmd in USE:
+        _use(place, cmd)
+
+
+def test_models_section(place):
+    home = str(place["home"])
+    for cmd in MODELS:
+        r = run(place, concrete(cmd, FOLDER=str(place["work"] / "downloaded"), home=home))
+        if cmd.endswith("models list"):
+            assert "gemma-4-e4b" in r.stdout
+        elif "--dir" in cmd:
+            assert (place["work"] / "downloaded" / "gemma-4-E4B-it-Q4_K_M.gguf").exists()
+        elif "import" in cmd:
+            assert "assistant" in r.stdout  # its drafter was found beside it
+        elif "verify" in cmd:
+            assert "gemma-4-E4B-it-Q4_K_M" in r.stdout
+
+
+def test_serve_section_and_clients_of_it(place):
+    """`tandem serve` as the README starts it; the openai SDK lists the model and chats; the
+    remote commands of "Bigger models" talk to it; Ctrl+C stops it."""
+    port = str(free_port())
+    server = Served(place, concrete(SERVE, **{"8080": port}))
+    try:
+        c = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=60)
+        assert [m.id for m in c.models.list().data] == ["gemma-4-E4B-it-Q4_K_M"]
+        r = c.chat.completions.create(model="gemma-4-E4B-it-Q4_K_M", max_tokens=16,
+                                      messages=[{"role": "user", "content": "Hello"}])
+        assert r.choices[0].message.content and r.model_extra["timings"]["draft_n"] > 0
+        for cmd in REMOTE:
+            line = concrete(cmd, **{"http://gpu-box:8080/v1": server.url, "http://gpu-box:8081/v1": server.url,
+                                    "K": "none", "NAME": "gemma-4-E4B-it-Q4_K_M"})
+            out = run(place, line).stdout
+            if "--json" in line:
+                assert json.loads(out)["engine"] == "tandem"
+            else:
+                assert "speed-up" in out
+    finally:
+        out = server.stop()
+    assert "Serving gemma-4-E4B-it-Q4_K_M" in out and server.proc.returncode in (0, -signal.SIGINT, 130)
+
+
+def test_python_api_example(place, tiny):
+    """The README's Python block, with the synthetic pair for its file names."""
+    block = README.read_text("utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+    code = block.replace('"target.gguf"', repr(str(tiny["target"]))).replace('"drafter.gguf"', repr(str(tiny[1.0])))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tok/s" in r.stdout
+
+
+def test_window_starts(place):
+    """`tandem`, the first command of the README: the window opens (offscreen) and stays up,
+    on a first run with nothing loaded."""
+    p = subprocess.Popen([str(TANDEM)], cwd=place["work"], env=place["env"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(8)
+        assert p.poll() is None, p.stdout.read()
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    logs = list((place["home"] / ".local/state").rglob("tandem.log")) or list(place["home"].rglob("tandem.log"))
+    assert logs and "starting Tandem" in logs[0].read_text()
