@@ -1,7 +1,9 @@
 """The one place that imports llama-cpp-python's low-level bindings.
 
 `llama_cpp_ext` binds C++-mangled, explicitly unstable symbols, so the exact package
-version is pinned and checked here, and everything else imports `lib` and `ext` from here.
+version is pinned and checked here, and the engine imports `lib` and `ext` from here. (Three
+places reach the package beside them: media.py for mtmd's bindings, testmodels.py for the
+quantizer, models/hardware.py for the folder of its shared libraries.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Loaded models and their llama.cpp contexts: the only code that owns raw pointers.
+"""Loaded models and their llama.cpp contexts: the code that owns their raw pointers (the
+projector's are media.py's).
 
 `Runtime` loads a target (any architecture llama.cpp knows) and optionally a Gemma 4 MTP
 drafter whose context is linked to the target's (`ctx_other`) so it reads the target's KV

@@ -263,3 +263,15 @@ def test_window_starts(place):
         p.communicate(timeout=30)
     logs = list((place["home"] / ".local/state").rglob("tandem.log")) or list(place["home"].rglob("tandem.log"))
     assert logs and "starting Tandem" in logs[0].read_text()
+
+
+def test_each_command_has_its_help(place):
+    """`tandem COMMAND --help`, for every command `tandem --help` lists."""
+    from engine.cli import COMMANDS
+
+    for name in [*COMMANDS, "models list", "models download", "models import", "models verify"]:
+        r = run(place, f".venv/bin/tandem {name} --help")
+        assert r.stdout.startswith(f"usage: tandem {name}"), name
+    bad = subprocess.run([str(TANDEM), "nonsense"], cwd=place["work"], env=place["env"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'nonsense'" in bad.stderr and len(bad.stderr.splitlines()) == 1
