@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--system", help="system prompt")
     g.add_argument("--thinking", action="store_true", help="enable Gemma 4 thinking mode")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--json-schema", metavar="FILE", help="the reply is JSON that matches this JSON schema")
+    g.add_argument("--grammar", metavar="FILE", help="the reply follows this GBNF grammar (llama.cpp's syntax)")
     g.add_argument("--image", action="append", default=[], metavar="PATH",
                    help="a picture for the model to read (PNG, JPEG, WebP, GIF, BMP); repeat for more")
     g.add_argument("--audio", action="append", default=[], metavar="PATH",
@@ -182,11 +184,12 @@ def cmd_generate(args) -> int:
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
     sp.validate()
     if args.server:
-        if args.image or args.audio:
-            raise ValueError("--image and --audio are for local models for now")
+        if args.image or args.audio or args.json_schema or args.grammar:
+            raise ValueError("--image, --audio, --json-schema and --grammar are for local models for now")
         return _generate_remote(args, sp)
     from .media import load_media
 
+    constraint = _constraint(args)  # a bad schema or grammar: one line, before loading
     media = [load_media(p) for p in args.image + args.audio]  # bad files: one line, before loading
     if media and args.raw:
         raise ValueError("--raw takes text only: pictures and sounds go into a chat message")
@@ -195,7 +198,7 @@ def cmd_generate(args) -> int:
         if not args.no_mtp and not engine.has_mtp and not args.json:
             print("tandem: no drafter loaded: decoding without MTP (baseline)", file=sys.stderr)
         cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp,
-                               draft_max=args.draft_max, sampling=sp, seed=args.seed)
+                               draft_max=args.draft_max, sampling=sp, seed=args.seed, **constraint)
         if args.raw:
             prompt = engine.tokenize(args.prompt, add_special=True, parse_special=False)
         else:
@@ -216,6 +219,24 @@ def cmd_generate(args) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _constraint(args) -> dict:
+    """--json-schema / --grammar as GenerationConfig fields, checked (a schema made a grammar)."""
+    from pathlib import Path
+
+    from .grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, schema_to_gbnf
+
+    if args.json_schema and args.grammar:
+        raise ValueError("--json-schema and --grammar: give one of them")
+    path = args.json_schema or args.grammar
+    if not path:
+        return {}
+    limit = MAX_SCHEMA_BYTES if args.json_schema else MAX_GRAMMAR_BYTES
+    if Path(path).stat().st_size > limit:
+        raise GrammarError(f"{path} is larger than {limit // 1024} KB")
+    text = Path(path).read_text("utf-8")
+    return {"grammar": schema_to_gbnf(text) if args.json_schema else text}
 
 
 def _print_result(args, text: str, thinking: str, stats, **extra) -> None:

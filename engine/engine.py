@@ -385,10 +385,21 @@ class Engine(Backend):
             # length instead (the distribution is exact either way).
             draft_max = SEEDED_DRAFT_MAX
         strategy = make_strategy("mtp" if use_mtp else "baseline", draft_max)
+        grammar = self._grammar(config)  # a bad grammar or schema raises here, before streaming
         self._cancel.clear()
         cancel = self._cancel
         stop = cancel.is_set if should_stop is None else (lambda: cancel.is_set() or should_stop())
-        return self._run(list(prompt), config, strategy, stop)
+        return self._run(list(prompt), config, strategy, stop, grammar)
+
+    def _grammar(self, config: GenerationConfig):
+        if config.grammar is None and config.json_schema is None:
+            return None
+        from .grammar import Grammar, GrammarError, schema_to_gbnf
+
+        if config.grammar is not None and config.json_schema is not None:
+            raise GrammarError("give a grammar or a JSON schema, not both")
+        gbnf = config.grammar if config.grammar is not None else schema_to_gbnf(config.json_schema)
+        return Grammar(self.rt.vocab, gbnf, self.rt.target.n_vocab)
 
     def _prefill(self, st: DecodeState, prompt: list[int], need_h: bool) -> Step:
         """Decode the prompt, reusing the common prefix cached by the last request, and pick
@@ -450,17 +461,19 @@ class Engine(Backend):
         pos_min = lib.llama_memory_seq_pos_min(self.rt.target.memory, 0)
         return keep if 0 <= pos_min <= max(0, keep - self.rt.n_swa) else 0
 
-    def _run(self, prompt, config: GenerationConfig, strategy, stop) -> Iterator[GenerationEvent]:
+    def _run(self, prompt, config: GenerationConfig, strategy, stop, grammar=None) -> Iterator[GenerationEvent]:
         if not self._busy.acquire(blocking=False):
             raise EngineError("the engine is already generating")
         self._should_stop = stop
         try:
-            yield from self._run_locked(prompt, config, strategy)
+            yield from self._run_locked(prompt, config, strategy, grammar)
         finally:
             self._should_stop = self._cancel.is_set
+            if grammar is not None:
+                grammar.close()
             self._busy.release()
 
-    def _run_locked(self, prompt, config: GenerationConfig, strategy) -> Iterator[GenerationEvent]:
+    def _run_locked(self, prompt, config: GenerationConfig, strategy, grammar) -> Iterator[GenerationEvent]:
         rt = self.rt
         stats = GenerationStats(mode=strategy.name,
                                 draft_max=strategy.draft_label if strategy.name == "mtp" else 0,
@@ -470,7 +483,7 @@ class Engine(Backend):
         st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats, costs=self.costs,
                          tokens=list(prompt), n_past=0,
                          pending_h=np.zeros(rt.n_embd, np.float32) if need_h else None,
-                         n_ctx=self.n_ctx)
+                         n_ctx=self.n_ctx, grammar=grammar)
         text = TextAssembler(self._piece, self._control_text)
         text.prime(prompt)
         t_start = time.perf_counter()

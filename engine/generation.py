@@ -40,6 +40,8 @@ class GenerationConfig:
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
     strict_mtp: bool = False  # raise instead of falling back to baseline
+    grammar: str | None = None  # GBNF the output must follow (llama.cpp's grammar syntax), or
+    json_schema: dict | str | None = None  # a JSON schema it must match (made a grammar)
 
 
 @dataclass

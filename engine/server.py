@@ -72,6 +72,21 @@ class Sampling(_Loose):
     stream_options: StreamOptions | None = None
     timings_per_token: bool = False
     tandem: TandemOptions | None = None
+    response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}
+    # fields that change the answer and are not supported yet: refused by name, never ignored
+    n: int | None = None
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict | None = None
+    tools: list | None = None
+    tool_choice: Any = None
+    functions: list | None = None
+    function_call: Any = None
+    echo: bool | None = None
+    best_of: int | None = None
+    suffix: str | None = None
 
 
 class ChatRequest(Sampling):
@@ -84,13 +99,15 @@ class CompletionRequest(Sampling):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.kind, self.code = status, message, kind, code
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}}, status_code=status)
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+           param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
 
 
 class ApiKey:
@@ -224,7 +241,7 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return _error(exc.status, exc.message, exc.kind, exc.code)
+        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
 
     @app.get("/health")
     async def health():
@@ -268,13 +285,69 @@ def _config(engine, req: Sampling, default_k="auto"):
         sp.validate()
     except ValueError as e:
         raise ApiError(400, str(e)) from None
+    _refuse_unsupported(req)
+    constraint = _response_format(req.response_format)
     t = req.tandem or TandemOptions()
     k = t.draft_max if t.draft_max is not None else default_k
     try:
         k = check_draft_length(k)
     except ValueError as e:
         raise ApiError(400, f"tandem.draft_max: {e}") from None
-    return GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed)
+    return GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed,
+                            **constraint)
+
+
+def _unsupported(field: str, why: str = "") -> ApiError:
+    return ApiError(400, f"{field!r} is not supported by tandem serve yet{': ' + why if why else ''}; "
+                         "leave it out", code="unsupported_parameter", param=field)
+
+
+def _refuse_unsupported(req: Sampling) -> None:
+    """Fields that would change the answer and are not implemented: a 400 naming the field,
+    never a 200 as if they had worked."""
+    if req.n not in (None, 1):
+        raise _unsupported("n", "one choice per request")
+    if req.best_of not in (None, 1):
+        raise _unsupported("best_of")
+    for field in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, field) not in (None, 0, 0.0):
+            raise _unsupported(field, "repeat_penalty is")
+    if req.logprobs not in (None, False, 0) or req.top_logprobs not in (None, 0):
+        raise _unsupported("logprobs" if req.logprobs not in (None, False, 0) else "top_logprobs")
+    for field in ("logit_bias", "tools", "functions"):
+        if getattr(req, field):
+            raise _unsupported(field)
+    for field in ("tool_choice", "function_call"):
+        if getattr(req, field) not in (None, "none", "auto"):
+            raise _unsupported(field)
+    if req.echo:
+        raise _unsupported("echo")
+    if req.suffix:
+        raise _unsupported("suffix")
+
+
+def _response_format(fmt: dict | None) -> dict:
+    """response_format as GenerationConfig fields: a grammar for json_object, a JSON schema for
+    json_schema (checked now: a bad or hostile schema is a 400 naming the problem)."""
+    from .grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
+
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"grammar": JSON_OBJECT_GBNF}
+    if kind != "json_schema":
+        raise ApiError(400, f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                       param="response_format")
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise ApiError(400, "response_format.json_schema.schema must be a JSON schema object",
+                       param="response_format")
+    try:
+        return {"grammar": schema_to_gbnf(schema)}
+    except GrammarError as e:
+        raise ApiError(400, f"response_format: {e}", param="response_format") from None
 
 
 async def _generate(state: ServerState, start: Callable):

@@ -280,3 +280,53 @@ def test_a_finished_request_never_stops_the_next_holder_of_the_engine(tiny):
         srv.stop()
         engine.cancel = real_cancel
         engine.close()
+
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "tag"],
+          "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["alpha", "beta"]}}}
+
+
+def test_response_format_json_schema_and_json_object(server):
+    c = client(server)
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA, "strict": True}}
+    texts = []
+    for mtp in (True, False):
+        r = c.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": "a record"}],
+                                      max_tokens=200, response_format=fmt, extra_body={"tandem": {"mtp": mtp}})
+        obj = json.loads(r.choices[0].message.content)
+        assert set(obj) == {"ok", "tag"} and obj["tag"] in ("alpha", "beta") and r.choices[0].finish_reason == "stop"
+        texts.append(r.choices[0].message.content)
+    assert texts[0] == texts[1]  # with drafting on and off: the same greedy JSON
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="tiny-target", messages=[{"role": "user", "content": "a record"}], max_tokens=200,
+        response_format=fmt, stream=True) if ch.choices)
+    assert streamed == texts[0]
+    r = c.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": "any object"}],
+                                  max_tokens=300, response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":  # a random model may write a long object; when it ends, it parses
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    assert r.choices[0].message.content.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"top_logprobs": 5, "logprobs": False}, "top_logprobs"),
+    ({"presence_penalty": 0.5}, "presence_penalty"), ({"frequency_penalty": 1.0}, "frequency_penalty"),
+    ({"logit_bias": {"12": 5}}, "logit_bias"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": list(range(5000))}}}},
+     "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
+])
+def test_fields_that_would_change_the_answer_are_refused_by_name(server, extra, field):
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
+        "model": "tiny-target", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field and field in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_completions_refuse_echo(server):
+    r = httpx.post(f"{server.url}/completions", timeout=30, json={"model": "tiny-target", "prompt": "x",
+                                                                  "max_tokens": 2, "echo": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo"

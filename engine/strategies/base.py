@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..grammar import Grammar
 from ..runtime import Runtime
 from ..sampling import SamplingParams, distribution, greedy_token, sample_from
 from ..stats import GenerationStats
@@ -28,6 +29,7 @@ class DecodeState:
     pending_h: np.ndarray | None = None  # target hidden row at n_past-1 (MTP only)
     n_ctx: int = 0
     costs: CostModel = field(default_factory=CostModel)  # measured step costs, kept by the engine
+    grammar: "Grammar | None" = None  # constrained decoding: the target chooses only what it allows
 
     @property
     def id_last(self) -> int:
@@ -42,10 +44,28 @@ class DecodeState:
         return np.asarray(seq[-n:], dtype=np.int64)
 
     def pick(self, logits: np.ndarray, extra=()) -> int:
-        """The target's own choice from one logits row (greedy or sampled)."""
+        """The target's own choice from one logits row (greedy or sampled), within the grammar,
+        which then advances over it: a strategy picks only tokens it keeps."""
+        g = self.grammar
         if self.params.greedy:
-            return greedy_token(logits, self.recent(extra), self.params)
-        return sample_from(*distribution(logits, self.recent(extra), self.params), self.rng)
+            tok = greedy_token(logits, self.recent(extra), self.params)
+            if g is not None and not g.allows(tok):  # the unconstrained best is usually allowed: check it first
+                tok = greedy_token(g.constrain(logits), self.recent(extra), self.params)
+        else:
+            tok = sample_from(*self.distribution(logits, extra), self.rng)
+        self.keep(tok)
+        return tok
+
+    def distribution(self, logits: np.ndarray, extra=()):
+        """The target's sampling distribution for one row, within the grammar: (ids, probs)."""
+        if self.grammar is not None:
+            logits = self.grammar.constrain(logits)
+        return distribution(logits, self.recent(extra), self.params)
+
+    def keep(self, tok: int) -> None:
+        """A token is kept (a picked one, or an accepted draft): the grammar advances over it."""
+        if self.grammar is not None:
+            self.grammar.accept(tok)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

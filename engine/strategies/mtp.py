@@ -9,6 +9,9 @@ Greedy: accept while the target's argmax equals the draft, so the output is the 
 Sampling: accept d_i with probability min(1, p(d_i)/q(d_i)) and on rejection sample from
 normalised max(0, p - q) — the standard speculative-sampling rule, which leaves the output
 distributed exactly as the target's.
+Under a grammar the target's choice at row i is constrained by the grammar state after the
+tokens kept before it (p is the constrained distribution); the drafter drafts freely, and a
+draft the grammar rules out is simply rejected. Only kept tokens reach the grammar.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class MTP(DecodeStrategy):
         tgt.decode([st.id_last] + drafts, pos0, outputs="all")
 
         n_acc = 0
-        if p.greedy and p.repeat_penalty == 1.0:
+        if p.greedy and p.repeat_penalty == 1.0 and st.grammar is None:
             best = np.argmax(tgt.logits_rows(k + 1), axis=1)
             while n_acc < k and best[n_acc] == drafts[n_acc]:
                 n_acc += 1
@@ -93,14 +96,16 @@ class MTP(DecodeStrategy):
         else:
             bonus = None
             while n_acc < k:
-                pd = distribution(tgt.logits(n_acc), st.recent(drafts[:n_acc]), p)
+                pd = st.distribution(tgt.logits(n_acc), drafts[:n_acc])  # within the grammar, if any
                 d = drafts[n_acc]
                 q = q_dists[n_acc]
                 ratio = prob_of(*pd, d) / prob_of(*q, d)
                 if st.rng.random() < ratio:
+                    st.keep(d)
                     n_acc += 1
                     continue
                 bonus = sample_residual(*pd, *q, st.rng)
+                st.keep(bonus)
                 break
             if bonus is None:
                 bonus = st.pick(tgt.logits(k), drafts)

@@ -1,0 +1,144 @@
+"""Constrained decoding with llama.cpp's grammar sampler, on the real MTP path: the output
+follows the grammar, MTP under a grammar equals baseline under it (rejections and the
+sliding-window cache included), a grammar that allows everything changes nothing, sampling
+stays within the grammar, and hostile schemas are refused in bounded time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine.engine import Engine
+from engine.generation import GenerationConfig
+from engine.grammar import GrammarError, schema_to_gbnf
+from engine.sampling import SamplingParams
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "tag", "name", "items"],
+          "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["alpha", "beta"]},
+                         "name": {"type": "string", "maxLength": 12},
+                         "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}}}
+ANYTHING = 'root ::= char*\nchar ::= [\\x00-\\x7F] | [^\\x00-\\x7F]'
+
+
+def _valid(text: str) -> dict:
+    obj = json.loads(text)
+    assert set(obj) == {"ok", "tag", "name", "items"} and isinstance(obj["ok"], bool)
+    # (maxLength counts characters as the grammar reads bytes: a random model's stray bytes decode to
+    # several U+FFFD, so the name's length is not checked here)
+    assert obj["tag"] in ("alpha", "beta") and isinstance(obj["name"], str) and len(obj["items"]) <= 3
+    return obj
+
+
+@pytest.fixture(scope="module")
+def engines(tiny, noisy):
+    es = {"0.7": Engine.load(tiny["target"], tiny[0.7]), "noisy": Engine.load(noisy["target"], noisy[1.0])}
+    yield es
+    for e in es.values():
+        e.close()
+
+
+PROMPTS = ["Give me a record as JSON", "Hello world, this is a test", "def f(x):\n    return x + 1"]
+
+
+@pytest.mark.parametrize("which", ["0.7", "noisy"])
+def test_mtp_under_a_schema_equals_baseline_under_it_and_the_output_validates(engines, which):
+    e = engines[which]
+    for prompt in PROMPTS:
+        p = e.format_chat([{"role": "user", "content": prompt}])
+        base = e.run(p, GenerationConfig(max_tokens=300, use_mtp=False, json_schema=SCHEMA))
+        assert base.finish_reason == "stop", base.answer  # the grammar closed the object, then the end
+        _valid(base.answer)
+        for k in (1, 3, "auto"):
+            e.reset()
+            m = e.run(p, GenerationConfig(max_tokens=300, use_mtp=True, draft_max=k, json_schema=SCHEMA))
+            assert m.tokens == base.tokens, (prompt, k)
+            assert m.stats.draft_tokens > 0 or k == "auto"
+        assert m.stats.draft_tokens == 0 or m.stats.accepted_tokens < m.stats.draft_tokens or which == "0.7"
+
+
+def test_constrained_greedy_is_unconstrained_greedy_wherever_the_grammar_allows_it(engines):
+    """Until the first token the grammar rules out, the constrained reply is the free one; past
+    the sliding window (the tiny model's is 16 tokens) and with MTP rejections too. (A grammar
+    of text rules out tokens that are no text, such as control tokens and a lone UTF-8
+    continuation byte: that is where they part.) Raw prompts: the chat template's turn markers
+    would end the comparison at once."""
+    from engine.grammar import Grammar
+
+    e = engines["0.7"]
+    for prompt in ("w000050 w000051 w000052", "Hello world, this is a test"):
+        p = e.tokenize(prompt, add_special=True, parse_special=False)
+        free = e.run(p, GenerationConfig(max_tokens=120, use_mtp=False)).tokens
+        for mtp in (False, True):
+            e.reset()
+            g = e.run(p, GenerationConfig(max_tokens=120, use_mtp=mtp, draft_max=3, grammar=ANYTHING))
+            i = next((j for j, (a, b) in enumerate(zip(free, g.tokens)) if a != b), None)
+            if i is not None:  # they part only where the grammar does not allow the free token
+                check = Grammar(e.rt.vocab, ANYTHING, e.rt.target.n_vocab)
+                for t in free[:i]:
+                    check.accept(t)
+                assert not check.allows(free[i])
+                check.close()
+            assert i is None or i >= 40  # well past the sliding window
+        assert g.stats.accepted_tokens < g.stats.draft_tokens  # some drafts were rejected on the way
+
+
+def test_sampling_stays_within_the_schema_with_mtp(engines):
+    e = engines["0.7"]
+    p = e.format_chat([{"role": "user", "content": PROMPTS[0]}])
+    seen = set()
+    for seed in range(4):
+        r = e.run(p, GenerationConfig(max_tokens=300, use_mtp=True, draft_max=3, json_schema=SCHEMA, seed=seed,
+                                      sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0)))
+        assert r.finish_reason == "stop"
+        seen.add(json.dumps(_valid(r.answer), sort_keys=True))
+    assert len(seen) > 1  # it samples: not one fixed answer
+
+
+@pytest.mark.parametrize("schema, words", [
+    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}, "'minimum'"),
+    ({"enum": list(range(5000))}, "enum has 5000 values"),
+    ({"$ref": "https://example.com/schema.json"}, "only local references"),
+    (json.loads('{"items": ' * 40 + '{}' + '}' * 40), "nests deeper"),
+    ("{not json", "not valid JSON"),
+    ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}}, "larger than 64 KB"),
+])
+def test_hostile_schemas_are_refused_naming_the_problem(schema, words):
+    t = time.perf_counter()
+    with pytest.raises(GrammarError, match=words):
+        schema_to_gbnf(schema)
+    assert time.perf_counter() - t < 5  # bounded, not a hang (a generous bound, not a speed claim)
+
+
+def test_a_recursive_schema_is_a_grammar_not_a_hang():
+    tree = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
+                                                                          "items": {"$ref": "#/$defs/node"}}}}},
+            "type": "object", "properties": {"tree": {"$ref": "#/$defs/node"}}}
+    assert "node-kids-item ::= node" in schema_to_gbnf(tree)
+
+
+def test_a_bad_grammar_is_one_error_before_streaming(engines):
+    with pytest.raises(GrammarError, match="could not be parsed"):
+        engines["0.7"].generate([1, 2, 3], GenerationConfig(grammar="root ::= (unclosed"))
+
+
+def test_cli_json_schema_and_grammar(tiny, tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    run = [sys.executable, "-m", "app.main", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+           "--max-tokens", "300", "--json"]
+    out = json.loads(subprocess.run(run + ["--json-schema", str(schema), "a record"], capture_output=True,
+                                    text=True, timeout=300, check=True).stdout)
+    _valid(out["text"])
+    g = tmp_path / "yes.gbnf"
+    g.write_text('root ::= "yes" | "no"')
+    out = json.loads(subprocess.run(run + ["--grammar", str(g), "?"], capture_output=True, text=True, timeout=300,
+                                    check=True).stdout)
+    assert out["text"] in ("yes", "no")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "integer", "maximum": 3}')
+    r = subprocess.run(run + ["--json-schema", str(bad), "x"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "'maximum'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
