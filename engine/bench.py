@@ -111,20 +111,22 @@ class Aggregate:
 
 
 def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens: int = 128,
-              progress=None) -> dict:
+              progress=None, grammar: str | None = None) -> dict:
+    """Baseline, then MTP at each draft length, on the same prompts (greedy); `grammar`
+    constrains every run (what a JSON schema costs)."""
     if not engine.has_mtp:
         raise ValueError("bench needs a drafter (--drafter) to compare against")
     toks = [prompt_tokens(engine, p) for p in prompts]
     # Warm-up (first decodes pay for allocations and page faults), not counted.
     for use_mtp in (False, True):
         engine.reset()
-        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=draft_maxes[0]))
+        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=draft_maxes[0], grammar=grammar))
 
     base = Aggregate("baseline")
     base_out: list[GenerationResult] = []
     for i, t in enumerate(toks):
         engine.reset()
-        r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=False))
+        r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=False, grammar=grammar))
         base.runs.append(r.stats)
         base_out.append(r)
         if progress:
@@ -135,7 +137,7 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
         agg = Aggregate("mtp", k)
         for i, t in enumerate(toks):
             engine.reset()
-            r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=True, draft_max=k))
+            r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=True, draft_max=k, grammar=grammar))
             agg.runs.append(r.stats)
             ref = base_out[i].tokens
             if r.tokens == ref:
@@ -165,6 +167,24 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
         result["mtp"].append(d)
     engine.reset()
     return result
+
+
+def grammar_cost(free: dict, constrained: dict) -> str:
+    """What a grammar costs, side by side: tok/s without and with it, baseline and each MTP
+    length, and how much of MTP's speed-up it keeps."""
+    rows = [("baseline", "-", free["baseline"], constrained["baseline"])]
+    rows += [("mtp", m["draft_max"], m, c) for m, c in zip(free["mtp"], constrained["mtp"])]
+    head = f"{'mode':<9}{'k':>5}{'free tok/s':>12}{'schema tok/s':>14}{'ratio':>8}{'speed-up kept':>15}"
+    lines = ["with the JSON schema vs without:", head, "-" * len(head)]
+    for mode, k, a, b in rows:
+        ratio = b["decode_tps"] / a["decode_tps"] if a["decode_tps"] and b["decode_tps"] else None
+        kept = (b["speedup"] - 1) / (a["speedup"] - 1) if mode == "mtp" and a.get("speedup") and b.get("speedup") \
+            and a["speedup"] > 1.0 else None
+        lines.append(f"{mode:<9}{k!s:>5}{_f(a['decode_tps'], '.1f'):>12}{_f(b['decode_tps'], '.1f'):>14}"
+                     f"{_f(ratio, '.2f') + 'x':>8}{(_f(kept * 100, '.0f') + '%') if kept is not None else '-':>15}")
+    lines.append("ratio: constrained / free decode speed; speed-up kept: MTP's gain over baseline with the schema "
+                 "as a share of its gain without (shown where MTP gains without one).")
+    return "\n".join(lines)
 
 
 def _f(x, fmt):

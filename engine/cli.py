@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--draft-max", type=_draft_length, nargs="+", default=[AUTO, 1, 2, 3, 4],
                    help="draft lengths to compare with baseline, 'auto' among them (default auto 1 2 3 4)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    b.add_argument("--json-schema", metavar="FILE", help="also run every prompt constrained to this JSON schema, "
+                   "and compare (what constrained decoding costs)")
+    b.add_argument("--grammar", help=argparse.SUPPRESS)  # _constraint reads both
     b.add_argument("--baseline-server", metavar="URL", help="with --server: the same model served without a "
                    "drafter, the baseline to compare with")
 
@@ -280,12 +283,13 @@ def _generate_remote(args, sp) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import format_table, load_prompts, run_bench
+    from .bench import format_table, grammar_cost, load_prompts, run_bench
 
     if args.server:
         return _bench_remote(args)
     if not args.drafter:
         raise ValueError("bench compares baseline with MTP and needs --drafter")
+    constraint = _constraint(args)
     prompts = load_prompts(args.prompts)
     engine = _load(args)
     try:
@@ -295,11 +299,19 @@ def cmd_bench(args) -> int:
               f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n"
               f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
               f"max {args.max_tokens} tokens, greedy\n", flush=True)
-        res = run_bench(engine, prompts, args.draft_max, args.max_tokens,
-                        progress=lambda s: print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True))
+        def progress(s):
+            print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True)
+
+        res = run_bench(engine, prompts, args.draft_max, args.max_tokens, progress=progress)
         print("\r", end="", file=sys.stderr)
         res["memory"] = _peak_memory(engine)
         print(format_table(res))
+        if constraint:
+            res["json_schema"] = run_bench(engine, prompts, args.draft_max, args.max_tokens, progress=progress,
+                                           grammar=constraint["grammar"])
+            print("\r", end="", file=sys.stderr)
+            print("\nconstrained to " + args.json_schema + ":\n" + format_table(res["json_schema"]) + "\n\n"
+                  + grammar_cost(res, res["json_schema"]))
         m = res["memory"]
         if m["peak_rss_mib"]:
             print(f"\nmemory: peak {m['peak_rss_mib']:.0f} MiB resident; model files {m['files_mib']:.0f} MiB; "
