@@ -61,7 +61,6 @@ class MainWindow(QMainWindow):
             self.open_conversation(convs[0].id)
         else:
             self.new_conversation()
-        self.chat_list.refresh(self.session.conversation_id)
         remote = self.settings["remote"] or {}
         if remote.get("connection"):
             self.load_remote(str(remote["connection"]), str(remote.get("model") or ""))

@@ -309,17 +309,17 @@ def _refuse_unsupported(req: Sampling) -> None:
         raise _unsupported("n", "one choice per request")
     if req.best_of not in (None, 1):
         raise _unsupported("best_of")
-    for field in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, field) not in (None, 0, 0.0):
-            raise _unsupported(field, "repeat_penalty is")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name) not in (None, 0, 0.0):
+            raise _unsupported(name, "repeat_penalty is")
     if req.logprobs not in (None, False, 0) or req.top_logprobs not in (None, 0):
         raise _unsupported("logprobs" if req.logprobs not in (None, False, 0) else "top_logprobs")
-    for field in ("logit_bias", "tools", "functions"):
-        if getattr(req, field):
-            raise _unsupported(field)
-    for field in ("tool_choice", "function_call"):
-        if getattr(req, field) not in (None, "none", "auto"):
-            raise _unsupported(field)
+    for name in ("logit_bias", "tools", "functions"):
+        if getattr(req, name):
+            raise _unsupported(name)
+    for name in ("tool_choice", "function_call"):
+        if getattr(req, name) not in (None, "none", "auto"):
+            raise _unsupported(name)
     if req.echo:
         raise _unsupported("echo")
     if req.suffix:

@@ -4,7 +4,8 @@ Adding a drafter type = one new module with a DecodeStrategy subclass + its line
 """
 
 from .base import DecodeState, DecodeStrategy, Step
-from .draft_control import AUTO, AUTO_K_MAX, CostModel, DraftController
+from ..generation import AUTO
+from .draft_control import AUTO_K_MAX, CostModel, DraftController
 from .baseline import Baseline
 from .mtp import MTP
 

@@ -28,8 +28,6 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..generation import AUTO  # noqa: F401  (re-exported for the strategies)
-
 AUTO_K_MAX = 8  # the longest draft auto chooses
 PAUSED_AFTER = 3  # undrafted steps in a row before the live stats say "paused"
 PROBE_FIRST, PROBE_MAX = 16, 128  # undrafted steps before a probe; doubles after each rejected one

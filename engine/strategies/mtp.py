@@ -20,10 +20,11 @@ import time
 
 import numpy as np
 
+from ..generation import AUTO
 from ..runtime import MAX_OUTPUTS
 from ..sampling import distribution, greedy_token, prob_of, sample_from, sample_residual
 from .base import DecodeState, DecodeStrategy, Step
-from .draft_control import AUTO, AUTO_K_MAX, DraftController
+from .draft_control import AUTO_K_MAX, DraftController
 
 
 class MTP(DecodeStrategy):
