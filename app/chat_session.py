@@ -343,6 +343,19 @@ class ChatSession(QObject):
         """The user agreed to leave out the oldest turns for this reply."""
         self._start_reply(drop_oldest=True)
 
+    def withdraw_unanswered(self) -> MessageWidget | None:
+        """The chat's last message, when it is the user's and has no answer (it did not fit),
+        taken out of the chat: its widget, for the composer to put back in the input box."""
+        ws = self.view.widgets()
+        if self.busy or not ws or ws[-1].role != "user":
+            return None
+        w = ws[-1]
+        self.store.delete_message(self.conversation_id, w.message_id)
+        self.view.remove(w)
+        self.view.mark_last()
+        self.count_context()
+        return w
+
     def _start_reply(self, drop_oldest: bool = False, parent: int | None = None, cont: MessageWidget | None = None):
         """Answer the chat's last message, or write a new version of the reply to `parent`, or
         continue the cut reply `cont`."""
@@ -436,8 +449,7 @@ class ChatSession(QObject):
         now = time.perf_counter()
         if now - a.saved >= SAVE_INTERVAL_S:
             self.store.update_message(a.mid, w.text, w.thinking, None, w.origins)
-            a.saved = now
-        self.view.scroll_to_end()
+            a.saved = now  # (the view follows the growing reply itself, unless the user scrolled up)
 
     def _on_finished(self, rid: int, result: ReplyResult) -> None:
         a = self.active

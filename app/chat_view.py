@@ -31,6 +31,15 @@ class ChatView(QWidget):
         self.msg_layout.addStretch(1)
         self.scroll.setWidget(self.host)
         lay.addWidget(self.scroll, 1)
+        # follow the end while it grows (a streaming reply, its deferred Markdown render, its
+        # footer), until the user scrolls up; scrolling back to the end follows again
+        self.following = True
+        bar = self.scroll.verticalScrollBar()
+        bar.rangeChanged.connect(lambda _lo, hi: self.following and bar.setValue(hi))
+        bar.valueChanged.connect(self._scrolled)
+
+    def _scrolled(self, value: int) -> None:
+        self.following = value >= self.scroll.verticalScrollBar().maximum() - 4
 
     # ---- contents -------------------------------------------------------------------
     def widgets(self) -> list[MessageWidget]:
@@ -94,7 +103,10 @@ class ChatView(QWidget):
             w.refresh()
 
     def scroll_to_end(self) -> None:
+        """To the end, and follow it from now on."""
+        self.following = True
         bar = self.scroll.verticalScrollBar()
+        bar.setValue(bar.maximum())
         QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
 
 

@@ -167,6 +167,7 @@ class ComparePage(QWidget):
 
     def start(self, run: CompareRun, servers: tuple[str, str] | None = None):
         """`servers`: (baseline server, MTP server) when a remote engine runs both."""
+        self._timer.stop()  # a replay of the last comparison still playing ends here
         self.greedy = run.greedy
         self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(run.prompt[:300]))}")
         if servers:

@@ -57,13 +57,17 @@ class Composer(QWidget):
         """Put a message back in the input box; sending makes a new version of it."""
         self.editing = w
         self.edit_banner.show()
+        self.restore(w)
+        self.editing_changed.emit(w)
+
+    def restore(self, w) -> None:
+        """A message's text and attachments back in the input box."""
         self.attach_bar.clear()
-        for path, name, kind in w.media:  # the new version starts with the same attachments
+        for path, name, kind in w.media:
             if path is not None and path.is_file():
                 self.attach_bar.add(Attachment(path.read_bytes(), name, kind))
         self.input.setPlainText(w.text)
         self.input.setFocus()
-        self.editing_changed.emit(w)
 
     def cancel_edit(self) -> None:
         if self.editing is not None:

@@ -42,7 +42,7 @@ class ModelPicker(QComboBox):
         self.clear()
         entries = sorted(self.library.entries(), key=lambda e: (e.last_used, e.added), reverse=True)
         cur = self._current
-        if cur and not any(e.target == cur for e in entries):
+        if cur and not cur.startswith("remote:") and not any(e.target == cur for e in entries):
             self.addItem(Path(cur).stem, (cur, ""))
         for e in entries:
             mark = "" if e.drafter else "  (no drafter)"

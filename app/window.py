@@ -165,7 +165,7 @@ class MainWindow(QMainWindow):
         s.reply_failed.connect(lambda msg: message(self, QMessageBox.Warning, "Generation failed", msg))
         s.mtp_limit.connect(self._show_mtp_limit)
         s.drafting_learned.connect(self._drafting_learned)
-        s.conversations_changed.connect(lambda: self.chat_list.refresh(s.conversation_id))
+        s.conversations_changed.connect(self._conversations_changed)
         s.conversation_opened.connect(self._conversation_opened)
         s.chat_shown.connect(self.composer.cancel_edit)  # the edited message is no longer on screen
         s.compare_concluded.connect(self._compare_concluded)
@@ -343,9 +343,14 @@ class MainWindow(QMainWindow):
 
     def rename_conversation(self, cid, title):
         self.store.rename(cid, title)
-        self.chat_list.refresh(self.session.conversation_id)
-        if cid == self.session.conversation_id:
-            self.setWindowTitle(f"{title} — Tandem")
+        self._conversations_changed()
+
+    def _conversations_changed(self) -> None:
+        """The list and the window title follow a chat titled, renamed, added or deleted."""
+        cid = self.session.conversation_id
+        self.chat_list.refresh(cid)
+        conv = self.store.conversation(cid) if cid is not None else None
+        self.setWindowTitle(f"{conv.title} — Tandem" if conv else "Tandem")
 
     def export(self, kind: str, cid: int | None = None):
         cid = cid or self.session.conversation_id
@@ -443,16 +448,23 @@ class MainWindow(QMainWindow):
             self.mtp_banner.hide()
 
     def _overflow(self, msg: str, already_dropped: bool) -> None:
-        if already_dropped:  # the oldest turns are already left out: the last message alone does not fit
-            if message(self, QMessageBox.Question, "Message too long for the context",
-                       f"{msg}.\n\nEven without the earlier turns your last message does not leave room "
-                       "for an answer. Shorten it (Edit), or raise the context size. Open Settings now?",
-                       QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
-                self.open_settings()
-        elif message(self, QMessageBox.Question, "Conversation too long",
-                     f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)",
-                     QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
+        """Ask what to do with a chat that does not fit; a message left unanswered goes back to
+        the input box (with its attachments), so nothing is lost and no turn dangles."""
+        if not already_dropped and message(
+                self, QMessageBox.Question, "Conversation too long",
+                f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)",
+                QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
             self.session.retry_dropping_oldest()
+            return
+        w = self.session.withdraw_unanswered()
+        if w is not None:
+            self.composer.restore(w)
+        if already_dropped and message(  # the last message alone does not fit
+                self, QMessageBox.Question, "Message too long for the context",
+                f"{msg}.\n\nEven without the earlier turns your message does not leave room for an answer. It is "
+                "back in the input box: shorten it, or raise the context size. Open Settings now?",
+                QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
+            self.open_settings()
 
     # ---- text size, geometry, closing --------------------------------------------------
     def scale_font(self, step: float) -> None:

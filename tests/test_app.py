@@ -414,9 +414,10 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     assert asked == ["Conversation too long", "Message too long for the context"]
     assert opened == [True]
     assert "Generating" not in w.statusBar().currentMessage()
-    # the message is kept for editing; no empty reply is left behind
-    msgs = w.store.messages(w.session.conversation_id)
-    assert [m.role for m in msgs] == ["user"]
+    # the message goes back to the input box to be shortened (nothing lost); no unanswered turn
+    # and no empty reply are left behind in the chat
+    assert w.input.toPlainText() == ("word " * 400).strip()
+    assert w.store.messages(w.session.conversation_id) == [] and w.chat_view.widgets() == []
     w.close()
 
 

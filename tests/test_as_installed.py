@@ -299,6 +299,7 @@ def test_a_reply_cut_by_a_dying_server_keeps_its_text_and_offers_continue(qtbot,
         win.load_remote("box", "gemma4:e4b")
         qtbot.waitUntil(lambda: win.session.model_info is not None and bool(win.session.model_info.remote),
                         timeout=TIMEOUT)
+        assert win.picker.currentText().startswith("gemma4:e4b — box")  # the model's name, not its key
         monkey = []
         win.session.reply_failed.disconnect()
         win.session.reply_failed.connect(monkey.append)
@@ -328,3 +329,80 @@ def test_the_offline_download_message_does_not_cover_the_progress(qtbot, tiny, t
     for i, a in enumerate(shown):
         for b in shown[i + 1:]:
             assert not a.geometry().intersects(b.geometry()), (a, b)
+
+
+def test_answering_no_to_an_overflow_puts_the_message_back_in_the_input(qtbot, tmp_path, tiny, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
+    asked = []
+    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: asked.append(title) or QMessageBox.No)
+    try:
+        for i in range(12):
+            send(qtbot, w, f"question number {i} " + "word " * 12)
+            if asked:
+                break
+        assert asked == ["Conversation too long"]
+        roles = [m.role for m in w.store.messages(w.session.conversation_id)]
+        assert roles[-1] == "assistant" and roles.count("user") == roles.count("assistant")
+        assert w.input.toPlainText().startswith(f"question number {i} ")
+        assert [x.role for x in w.chat_view.widgets()][-1] == "assistant"
+    finally:
+        w.close()
+
+
+def test_the_window_title_follows_the_chat_title(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
+    try:
+        assert w.windowTitle() == "New chat — Tandem"
+        send(qtbot, w, "Hello world, this is a test")
+        assert w.windowTitle() == "Hello world, this is a test — Tandem"
+    finally:
+        w.close()
+
+
+def test_the_chat_view_follows_a_long_reply_to_its_end(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0], max_tokens=400)
+    try:
+        w.resize(900, 520)
+        bar = w.chat_view.scroll.verticalScrollBar()
+        for text in ("Count to a thousand", "and on"):
+            send(qtbot, w, text)
+        qtbot.wait(1300)  # the deferred Markdown render and the footer land after the last token
+        assert bar.maximum() > 0 and bar.value() == bar.maximum()
+        w.settings["max_tokens"] = 300  # (the chat must still fit the context)
+        w.input.setPlainText("and again")
+        w.send()  # sending goes to the end; scrolling up while it streams stays up
+        qtbot.waitUntil(lambda: len(w.chat_view.widgets()[-1].text) > 20, timeout=TIMEOUT)
+        bar.setValue(0)
+        qtbot.waitUntil(lambda: idle(w), timeout=TIMEOUT)
+        qtbot.wait(1300)
+        assert bar.value() == 0 < bar.maximum()
+    finally:
+        w.close()
+
+
+def test_a_new_compare_while_a_replay_plays(qtbot, tmp_path, tiny):
+    """Replay of one comparison, then another Compare: no error, no text from the old replay."""
+    errors = []
+    import sys
+
+    hook, sys.excepthook = sys.excepthook, lambda *e: errors.append(e)
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0], max_tokens=200)
+    try:
+        w.input.setPlainText("Count to a thousand")
+        w.compare()
+        page = w.compare_page
+        qtbot.waitUntil(lambda: page.concluded and idle(w), timeout=TIMEOUT)
+        page.replay()
+        assert page.replaying
+        w.compare()
+        qtbot.waitUntil(lambda: page.concluded and idle(w), timeout=TIMEOUT)
+        qtbot.wait(300)
+        assert not errors and not page.replaying
+        from app.render import for_display
+
+        assert page.base.view.toPlainText() == for_display(page.base.result.answer)
+    finally:
+        sys.excepthook = hook
+        w.close()
