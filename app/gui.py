@@ -66,6 +66,14 @@ def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
 
 def run_gui(args: argparse.Namespace) -> int:
     """The window, with `tandem`'s top-level options (engine.cli.build_parser)."""
+    import os
+
+    if sys.platform.startswith("linux") and not any(os.environ.get(v) for v in
+                                                    ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")):
+        # Qt would abort (and leave a crash report for the next start): say it in one line
+        sys.stderr.write("tandem: error: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
+                         "unset); the commands work without one: see tandem --help\n")
+        return 2
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

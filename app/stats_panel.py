@@ -215,6 +215,8 @@ class StatsBar(QWidget):
             lab.setText("k: –" if s.get("mode") is None else "MTP off")
         elif s.get("draft_max") != AUTO:
             lab.setText(f"k: {s.get('draft_max')}")
+        elif s.get("engine") not in (None, "llama.cpp"):  # a server drafting with auto: its k is not reported
+            lab.setText("k auto (the server's)")
         elif s.get("paused"):
             lab.setText("MTP paused: drafts not paying off")
         else:

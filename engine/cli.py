@@ -24,6 +24,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+class _Version(argparse.Action):
+    """`tandem --version`: Tandem's version, llama-cpp-python's, and whether its build offloads to a GPU."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, **{k: v for k, v in kw.items() if k == "help"})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .llama import supports_gpu_offload, version
+
+        print(f"tandem {__version__} · llama-cpp-python {version()} · GPU offload: "
+              + ("yes" if supports_gpu_offload() else "no (CPU build)"))
+        parser.exit()
+
+
 def _positive(kind=int):
     def conv(s):
         v = kind(s)
@@ -31,6 +46,16 @@ def _positive(kind=int):
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
     return conv
+
+
+def _port(s):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {s}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {s}")
+    return v
 
 
 def _draft_length(s):
@@ -43,12 +68,17 @@ def _draft_length(s):
         raise argparse.ArgumentTypeError(f"must be '{AUTO}' or a number from 1 to {MAX_DRAFT}, got {s}") from None
 
 
-def _add_load_args(p):
-    p.add_argument("--model", "-m", help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline); "
-                   "with --server, the served model's name (optional when the server serves one)")
-    p.add_argument("--server", metavar="URL", help="decode on an OpenAI-compatible server (llama-server, vLLM, "
-                   "SGLang, Ollama), e.g. http://127.0.0.1:8080/v1; Tandem streams and measures")
-    p.add_argument("--api-key", help="the server's API key (default: $TANDEM_API_KEY)")
+def _add_load_args(p, remote: bool = True):
+    """The model options; `remote`: also --server and its --api-key (generate, bench)."""
+    p.add_argument("--model", "-m", help="target GGUF (Gemma 4 for MTP; any llama.cpp model for baseline)"
+                   + ("; with --server, the served model's name (optional when the server serves one)" if remote
+                      else ""))
+    if remote:
+        p.add_argument("--server", metavar="URL", help="decode on an OpenAI-compatible server (llama-server, "
+                       "vLLM, SGLang, Ollama), e.g. http://127.0.0.1:8080/v1; Tandem streams and measures")
+        p.add_argument("--api-key", help="the server's API key (default: $TANDEM_API_KEY)")
+    else:
+        p.set_defaults(server=None)
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
     p.add_argument("--ctx", type=_positive(), default=4096, help="context size in tokens (default 4096)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
@@ -68,12 +98,10 @@ def _add_sampling_args(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
     ap = _Parser(prog="tandem", description="Tandem: Gemma 4 with MTP speculative decoding. With no command, "
                  "opens the desktop window (with --model/--drafter: that pair).",
                  epilog="`tandem COMMAND --help` tells more about each command.")
-    ap.add_argument("-V", "--version", action="version", version=f"tandem {__version__}")
+    ap.add_argument("-V", "--version", action=_Version, help="the version, the llama.cpp build and GPU offload")
     ap.add_argument("--model", "-m", metavar="GGUF", help="the window: load this target GGUF")
     ap.add_argument("--drafter", "-d", metavar="GGUF", help="the window: its MTP drafter GGUF")
     ap.add_argument("--smoke-test", metavar="PROMPT", help=argparse.SUPPRESS)  # bundle checks
@@ -115,10 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "drafter, the baseline to compare with")
 
     sv = sub.add_parser("serve", help="serve the model as a local OpenAI-compatible API (for editors)")
-    _add_load_args(sv)
+    _add_load_args(sv, remote=False)
+    sv.add_argument("--api-key", help="the key clients must send (Authorization: Bearer KEY); default: none")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
                     "computer only; any other needs --api-key)")
-    sv.add_argument("--port", type=_positive(), default=8080)
+    sv.add_argument("--port", type=_port, default=8080)
     sv.add_argument("--draft-max", type=_draft_length, default=AUTO,
                     help="draft length for requests that do not choose (default auto)")
     sv.add_argument("--cors", metavar="ORIGIN", help="allow browser pages from ORIGIN (default: none)")
@@ -211,10 +240,7 @@ def cmd_generate(args) -> int:
 
         def stream(ev):
             if not args.json:
-                if ev.thinking:
-                    sys.stderr.write(ev.thinking)
-                sys.stdout.write(ev.answer)
-                sys.stdout.flush()
+                _show(ev.thinking, ev.answer)
 
         res = engine.run(prompt, cfg, on_event=stream)
         _print_result(args, res.answer, res.thinking, res.stats, tokens=res.tokens, drafted=res.drafted,
@@ -222,6 +248,19 @@ def cmd_generate(args) -> int:
     finally:
         engine.close()
     return 0
+
+
+# C0 controls but newline and tab, DEL and C1: model text must not drive the terminal (escape
+# sequences can move the cursor, retitle the window, or worse)
+_TERMINAL_UNSAFE = {c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+
+
+def _show(thinking: str, answer: str) -> None:
+    """Streamed text: thinking to stderr, the answer to stdout; on a terminal, without control characters."""
+    for stream, text in ((sys.stderr, thinking), (sys.stdout, answer)):
+        if text:
+            stream.write(text.translate(_TERMINAL_UNSAFE) if stream.isatty() else text)
+            stream.flush()
 
 
 def _constraint(args) -> dict:
@@ -258,23 +297,22 @@ def _generate_remote(args, sp) -> int:
 
     if args.raw:
         raise ValueError("--raw needs a local model: servers apply their own chat template")
-    if args.no_mtp:
-        raise ValueError("a server drafts or not as it was started: for a baseline, use a server started "
-                         "without a drafter")
     backend = _load(args)
     try:
+        if args.no_mtp and not backend.can_switch_mtp:
+            raise ValueError(f"{backend.engine_name} drafts or not as it was started: for a baseline, use a "
+                             "server started without a drafter (tandem serve switches per request)")
         msgs = ([{"role": "system", "content": args.system}] if args.system else [])
         msgs.append({"role": "user", "content": args.prompt})
         # the draft length reaches servers that take it per request (tandem serve); others ignore it
-        cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed, draft_max=args.draft_max)
+        cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed, draft_max=args.draft_max,
+                               use_mtp=not args.no_mtp)
         answer, thinking, ev = [], [], None
         for ev in backend.chat(msgs, cfg, enable_thinking=args.thinking):
             answer.append(ev.answer)
             thinking.append(ev.thinking)
             if not args.json:
-                sys.stderr.write(ev.thinking)
-                sys.stdout.write(ev.answer)
-                sys.stdout.flush()
+                _show(ev.thinking, ev.answer)
         _print_result(args, "".join(answer), "".join(thinking), ev.stats, tokens=[], drafted=[],
                       engine=backend.engine_name, server=backend.base_url, model=backend.model)
     finally:
@@ -330,6 +368,9 @@ def _bench_remote(args) -> int:
     drafter (--baseline-server), since servers choose speculation per server."""
     from .bench import format_table, load_prompts, run_remote_bench
 
+    if len(args.draft_max) > 1 and args.draft_max != [AUTO, 1, 2, 3, 4]:  # the default means "as the server does"
+        raise ValueError("bench on a server compares one draft length: give one --draft-max (servers other "
+                         "than tandem serve use the one they were started with)")
     prompts = load_prompts(args.prompts)
     mtp = _load(args)
     try:
@@ -382,9 +423,8 @@ def cmd_serve(args) -> int:
 
     from .server import check_host, run
 
-    if args.server:
-        raise ValueError("serve runs a local model: --server is for generate and bench")
     check_host(args.host, args.api_key)  # before loading anything
+    _check_port_free(args.host, args.port)
     engine = _load(args)
     try:
         name = args.name or Path(args.model).stem
@@ -394,6 +434,24 @@ def cmd_serve(args) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """One line before loading anything, instead of 'Serving at …' and then uvicorn's error."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host}: {e.strerror or e}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e} (another server there? "
+                             "choose another --port)") from None
 
 
 def cmd_make_test_models(args) -> int:

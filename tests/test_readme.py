@@ -275,3 +275,68 @@ def test_each_command_has_its_help(place):
     bad = subprocess.run([str(TANDEM), "nonsense"], cwd=place["work"], env=place["env"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice: 'nonsense'" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def _tandem(place, *args, env=None, timeout=120):
+    return subprocess.run([str(TANDEM), *map(str, args)], cwd=place["work"], env=env or place["env"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_serve_refuses_a_bad_or_busy_port_in_one_line_before_saying_it_serves(place, tiny):
+    import socket
+
+    r = _tandem(place, "serve", "-m", tiny["target"], "--port", "99999")
+    assert r.returncode == 2 and "between 1 and 65535" in r.stderr and "Serving" not in r.stdout
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = _tandem(place, "serve", "-m", tiny["target"], "--port", busy.getsockname()[1])
+    assert r.returncode == 2 and "cannot listen on 127.0.0.1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Serving" not in r.stdout and "Traceback" not in r.stderr
+    assert "--server" not in _tandem(place, "serve", "--help").stdout  # serve serves; it does not connect
+
+
+def test_the_window_without_a_display_says_so_in_one_line(place):
+    env = {k: v for k, v in place["env"].items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = _tandem(place, env=env)
+    assert r.returncode == 2 and "no display" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_version_names_the_llama_cpp_build(place):
+    out = _tandem(place, "--version").stdout
+    assert out.startswith("tandem ") and "llama-cpp-python 0.3.36" in out and "GPU offload" in out
+
+
+def test_generate_keeps_control_characters_off_the_terminal(place, tiny):
+    """Model text with ESC and NUL, streamed to a terminal (a pty): shown as U+FFFD, never raw."""
+    import pty
+
+    out, sub = pty.openpty()
+    cmd = [str(TANDEM), "generate", "-m", str(tiny["target"]), "--max-tokens", "60", "Give me a person as JSON"]
+    p = subprocess.Popen(cmd, cwd=place["work"], env=place["env"], stdout=sub, stderr=subprocess.DEVNULL)
+    os.close(sub)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(out, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    p.wait(60)
+    os.close(out)
+    raw = subprocess.run(cmd, cwd=place["work"], env=place["env"], capture_output=True, timeout=60).stdout
+    assert any(b < 0x20 and b not in (9, 10, 13) for b in raw)  # the model does write control bytes (to a pipe, as is)
+    assert not any(b < 0x20 and b not in (9, 10, 13) for b in data) and "\ufffd".encode() in data
+
+
+def test_generate_no_mtp_on_tandem_serve(place, tiny):
+    port = free_port()
+    server = Served(place, f".venv/bin/tandem serve -m {tiny['target']} -d {tiny[1.0]} --port {port}")
+    try:
+        base = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --no-mtp --json "Hi"').stdout)
+        mtp = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --json "Hi"').stdout)
+        assert base["stats"]["draft_tokens"] == 0 < mtp["stats"]["draft_tokens"] and base["text"] == mtp["text"]
+    finally:
+        server.stop()
