@@ -225,8 +225,9 @@ def test_serve_section_and_clients_of_it(place):
     try:
         c = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=60)
         assert [m.id for m in c.models.list().data] == ["gemma-4-E4B-it-Q4_K_M"]
-        r = c.chat.completions.create(model="gemma-4-E4B-it-Q4_K_M", max_tokens=16,
-                                      messages=[{"role": "user", "content": "Hello"}])
+        r = c.chat.completions.create(model="gemma-4-E4B-it-Q4_K_M", max_tokens=16,  # fixed k: auto may pause
+                                      messages=[{"role": "user", "content": "Hello"}],
+                                      extra_body={"tandem": {"draft_max": 3}})
         assert r.choices[0].message.content and r.model_extra["timings"]["draft_n"] > 0
         for cmd in REMOTE:
             line = concrete(cmd, **{"http://gpu-box:8080/v1": server.url, "http://gpu-box:8081/v1": server.url,
@@ -336,7 +337,7 @@ def test_generate_no_mtp_on_tandem_serve(place, tiny):
     server = Served(place, f".venv/bin/tandem serve -m {tiny['target']} -d {tiny[1.0]} --port {port}")
     try:
         base = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --no-mtp --json "Hi"').stdout)
-        mtp = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --json "Hi"').stdout)
+        mtp = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --draft-max 3 --json "Hi"').stdout)
         assert base["stats"]["draft_tokens"] == 0 < mtp["stats"]["draft_tokens"] and base["text"] == mtp["text"]
     finally:
         server.stop()
