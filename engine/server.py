@@ -27,6 +27,7 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
@@ -243,6 +244,11 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     async def api_error(request: Request, exc: ApiError):
         return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: OpenAI's shape too
+        what = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=what)
+
     @app.get("/health")
     async def health():
         return {"status": "ok" if state.engine_getter() is not None else "no model loaded",
@@ -254,6 +260,14 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
         return {"object": "list", "data": [{"id": state.name, "object": "model", "created": 0,
                                             "owned_by": "tandem", "max_model_len": e.n_ctx if e else None,
                                             "mtp": bool(e and e.has_mtp)}]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        found = [m for m in (await models())["data"] if m["id"] == model_id]
+        if not found:
+            raise ApiError(404, f"The model {model_id!r} does not exist; this server serves {state.name!r}",
+                           code="model_not_found", param="model")
+        return found[0]
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
@@ -491,6 +505,10 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
 
         async def events():
             stopper, stats = StopStrings(stops), None
+            if kind == "chat":  # as OpenAI does: the first chunk says who speaks
+                yield {"data": json.dumps({"id": rid, "object": obj + ".chunk", "created": created, "model": state.name,
+                                           "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                        "finish_reason": None}]})}
             try:
                 async for ev in chained():
                     stats = ev.stats

@@ -330,3 +330,15 @@ def test_completions_refuse_echo(server):
     r = httpx.post(f"{server.url}/completions", timeout=30, json={"model": "tiny-target", "prompt": "x",
                                                                   "max_tokens": 2, "echo": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
+
+
+def test_errors_are_openai_shaped_models_by_id_and_the_first_chunk_says_the_role(server):
+    for method, path, status in (("GET", "/v1/nowhere", 404), ("DELETE", "/v1/models", 405),
+                                 ("GET", "/v1/models/not-this-one", 404)):
+        r = httpx.request(method, f"http://127.0.0.1:{server.port}{path}", timeout=30)
+        assert r.status_code == status and set(r.json()["error"]) >= {"message", "type", "code"}, r.text
+    m = client(server).models.retrieve("tiny-target")
+    assert m.id == "tiny-target" and m.object == "model"
+    chunks = list(client(server).chat.completions.create(model="tiny-target", max_tokens=4, stream=True,
+                                                          messages=[{"role": "user", "content": "hi"}]))
+    assert chunks[0].choices[0].delta.role == "assistant"
