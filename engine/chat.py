@@ -9,12 +9,14 @@ model output is ever executed or loaded.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable
 
 from .errors import TemplateError
 from .template_sandbox import max_output_chars, shared_renderer
 
+TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")  # passed to the template when a message has them
 CHANNEL_OPEN = "<|channel>"
 CHANNEL_CLOSE = "<channel|>"
 
@@ -33,22 +35,35 @@ class ChatTemplate:
     eos_token: str = ""
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None) -> str:
+               enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
+               tools: list[dict] | None = None) -> str:
         """Render in the sandbox process (bounded time, memory and output; see
-        template_sandbox). `should_stop` is polled while waiting: True abandons the render."""
+        template_sandbox). `should_stop` is polled while waiting: True abandons the render.
+        `tools` (OpenAI function declarations) and the messages' tool fields (an assistant's
+        `tool_calls`, a tool message's `tool_call_id` and `name`) go to the template as given."""
+        out = []
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("content"), str):
                 raise TemplateError("a chat message must be a {'role': ..., 'content': text} mapping")
-            if m.get("role") not in ("system", "user", "assistant"):
+            if m.get("role") not in ("system", "user", "assistant", "tool"):
                 raise TemplateError(f"unknown message role {m.get('role')!r}")
+            out.append({k: m[k] for k in ("role", "content", *TOOL_FIELDS) if k in m})
         variables = {
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "messages": out,
             "add_generation_prompt": add_generation_prompt,
             "enable_thinking": enable_thinking,
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
         }
-        return shared_renderer().render(self.source, variables, max_output_chars(messages), should_stop)
+        if tools:
+            variables["tools"] = tools
+        extra = len(json.dumps(tools)) if tools else 0
+        return shared_renderer().render(self.source, variables, max_output_chars(messages) + 4 * extra, should_stop)
+
+    @property
+    def supports_tools(self) -> bool:
+        """The template renders tool declarations and calls (Gemma 4's does; Gemma 3's does not)."""
+        return "tools" in self.source and "tool_calls" in self.source
 
 
 class ChannelSplitter:

@@ -15,14 +15,15 @@ import re
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Callable, Iterator
 
 import numpy as np
 
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, ModelUnloaded, MTPUnavailableError
-from .generation import (AUTO, Backend, GenerationConfig, GenerationEvent, GenerationResult,  # noqa: F401
-                         check_draft_length)
+from .generation import (AUTO, MAX_LOGPROBS, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
+                         GenerationResult, check_draft_length)
 from .llama import lib
 from .runtime import LoadOptions, Runtime
 from .stats import GenerationStats
@@ -135,6 +136,10 @@ class Engine(Backend):
         return self.rt.n_ctx
 
     @property
+    def n_vocab(self) -> int:
+        return self.rt.target.n_vocab
+
+    @property
     def mtp_reason(self) -> str:
         if self.has_mtp:
             return ""
@@ -188,6 +193,10 @@ class Engine(Backend):
             self._control[tok] = self._token_text(tok) if is_ctl else None
         return self._control[tok]
 
+    def token_bytes(self, tok: int) -> bytes:
+        """A token's bytes as the model wrote them, a control token's marker included."""
+        return self._piece(tok, special=True)
+
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self._piece(t) for t in tokens).decode("utf-8", "replace")
 
@@ -196,27 +205,42 @@ class Engine(Backend):
 
     # ---- chat --------------------------------------------------------------------------
     def format_chat(self, messages: list[dict], enable_thinking: bool = False,
-                    should_stop: Callable[[], bool] | None = None, answer_prefix: str = "") -> list[int]:
+                    should_stop: Callable[[], bool] | None = None, answer_prefix: str = "",
+                    tools: list[dict] | None = None) -> list[int]:
         """The prompt tokens of a chat. The template's own markup may contain control tokens;
         the messages' text never becomes one: '<end_of_turn>' typed by the user (or written
         by the model as plain text) stays plain text. `answer_prefix` is the start of the
-        model's answer (Continue on a cut reply): it follows the generation prompt, as text."""
+        model's answer (Continue on a cut reply): it follows the generation prompt, as text.
+        `tools` are OpenAI function declarations for a template that renders them; their text
+        and that of earlier calls' arguments never become control tokens either."""
+        if tools or any(m.get("tool_calls") for m in messages):
+            from .errors import TemplateError
+
+            if not self.template.supports_tools:
+                raise TemplateError("this model's chat template has no tool calling (Gemma 4's has)")
+            tools = self._defused(tools) if tools else None
+            messages = [{**m, "tool_calls": self._defused(m["tool_calls"])} if m.get("tool_calls") else m
+                        for m in messages]
+        render = partial(self._render, tools=tools)
         if any(m.get("media") for m in messages):
-            tokens = self._format_media(messages, enable_thinking, should_stop)
+            tokens = self._format_media(messages, enable_thinking, should_stop, render)
         else:
-            tokens = self._format_chat(messages, enable_thinking, should_stop)
+            tokens = self._format_chat(messages, enable_thinking, should_stop, render)
         if answer_prefix:
             tokens += self.tokenize(answer_prefix, add_special=False, parse_special=False)
         return tokens
 
-    def _format_chat(self, messages, enable_thinking, should_stop) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
-                                    should_stop=should_stop)
+    def _render(self, messages, enable_thinking, should_stop, tools=None) -> str:
+        return self.template.render(messages, add_generation_prompt=True, enable_thinking=enable_thinking,
+                                    should_stop=should_stop, tools=tools)
+
+    def _format_chat(self, messages, enable_thinking, should_stop, render) -> list[int]:
+        text = render(messages, enable_thinking, should_stop)
         if not any(self._has_control_text(m["content"]) for m in messages):
             return self.tokenize(text, add_special=False, parse_special=True)
-        spans = self._message_spans(text, messages, enable_thinking, should_stop)
+        spans = self._message_spans(text, messages, enable_thinking, should_stop, render)
         if spans is None:  # the template changed the text beyond recognition: defuse the markers
-            return self._format_defused(messages, enable_thinking, should_stop)
+            return self._format_defused(messages, enable_thinking, should_stop, render)
         return self._tokenize_spans(text, spans, lambda s, e: self.tokenize(text[s:e], add_special=False,
                                                                            parse_special=False))
 
@@ -231,7 +255,7 @@ class Engine(Backend):
             pos = end
         return tokens + (self.tokenize(text[pos:], add_special=False, parse_special=True) if pos < len(text) else [])
 
-    def _format_media(self, messages, enable_thinking, should_stop) -> list[int]:
+    def _format_media(self, messages, enable_thinking, should_stop, render) -> list[int]:
         """A chat whose messages carry images or audio: each item's marker goes before its
         message's text, the template is rendered, and the rendered text is tokenized piece
         by piece (message text never as control tokens), each marker replaced by the item's
@@ -253,9 +277,8 @@ class Engine(Backend):
             why = self.projector.supports(media)
             if why:
                 raise MediaError(f"{media.name}: {why}")
-        text = self.template.render(marked, add_generation_prompt=True, enable_thinking=enable_thinking,
-                                    should_stop=should_stop)
-        spans = self._message_spans(text, marked, enable_thinking, should_stop)
+        text = render(marked, enable_thinking, should_stop)
+        spans = self._message_spans(text, marked, enable_thinking, should_stop, render)
         if spans is None:
             raise TemplateError("this model's chat template changes messages in a way that leaves no place "
                                 "for pictures or audio")
@@ -271,13 +294,12 @@ class Engine(Backend):
 
         return self._tokenize_spans(text, spans, inside)
 
-    def _message_spans(self, text, messages, enable_thinking, should_stop) -> list[tuple[int, int]] | None:
+    def _message_spans(self, text, messages, enable_thinking, should_stop, render) -> list[tuple[int, int]] | None:
         """Where each message's text sits in the rendered prompt: render again with a marker
         in place of each message, then match the real render piece by piece (a template may
         trim a message). None if the two renders do not line up."""
         marks = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
-        probe = self.template.render(marks, add_generation_prompt=True, enable_thinking=enable_thinking,
-                                     should_stop=should_stop)
+        probe = render(marks, enable_thinking, should_stop)
         parts = re.split("\ue000(\\d+)\ue001", probe)  # piece, index, piece, index, ..., piece
         spans, pos = [], 0
         for j in range(0, len(parts) - 1, 2):
@@ -305,21 +327,32 @@ class Engine(Backend):
                 != self.tokenize(text, add_special=False, parse_special=False))
         return self._control_text_cache[text]
 
-    def _format_defused(self, messages, enable_thinking, should_stop) -> list[int]:
-        """Fallback: a word joiner after the first character of every special-token text in
-        the messages, so none of them can be read as the token."""
-        out = []
-        for m in messages:
-            c = m["content"]
-            special = set(self.tokenize(c, add_special=False, parse_special=True))
-            for tok in special - set(self.tokenize(c, add_special=False, parse_special=False)):
-                marker = self._token_text(tok)
-                if len(marker) > 1:
-                    c = c.replace(marker, marker[0] + "\u2060" + marker[1:])
-            out.append({**m, "content": c})
-        text = self.template.render(out, add_generation_prompt=True, enable_thinking=enable_thinking,
-                                    should_stop=should_stop)
-        return self.tokenize(text, add_special=False, parse_special=True)
+    def _format_defused(self, messages, enable_thinking, should_stop, render) -> list[int]:
+        """Fallback: every special-token text in the messages defused (see _defuse)."""
+        out = [{**m, "content": self._defuse(m["content"])} for m in messages]
+        return self.tokenize(render(out, enable_thinking, should_stop), add_special=False, parse_special=True)
+
+    def _defuse(self, text: str) -> str:
+        """A word joiner after the first character of every special-token text, so none of them
+        can be read as the token."""
+        if not self._has_control_text(text):
+            return text
+        special = set(self.tokenize(text, add_special=False, parse_special=True))
+        for tok in special - set(self.tokenize(text, add_special=False, parse_special=False)):
+            marker = self._token_text(tok)
+            if len(marker) > 1:
+                text = text.replace(marker, marker[0] + "\u2060" + marker[1:])
+        return text
+
+    def _defused(self, value):
+        """`_defuse` on every string (keys too) of JSON-like data: tool declarations and calls."""
+        if isinstance(value, str):
+            return self._defuse(value)
+        if isinstance(value, list):
+            return [self._defused(v) for v in value]
+        if isinstance(value, dict):
+            return {self._defuse(k) if isinstance(k, str) else k: self._defused(v) for k, v in value.items()}
+        return value
 
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
                           should_stop: Callable[[], bool] | None = None) -> list[dict]:
@@ -350,10 +383,10 @@ class Engine(Backend):
 
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
              enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
-             answer_prefix: str = "") -> Iterator[GenerationEvent]:
+             answer_prefix: str = "", tools: list[dict] | None = None) -> Iterator[GenerationEvent]:
         self._check_open()
-        return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix), config,
-                             should_stop)
+        return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix, tools),
+                             config, should_stop)
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig(),
@@ -366,6 +399,10 @@ class Engine(Backend):
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
         check_draft_length(config.draft_max)
+        if config.logprobs is not None and not 0 <= config.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}")
+        if any(tok >= self.rt.target.n_vocab for tok, _ in config.sampling.logit_bias):
+            raise ValueError(f"logit_bias names a token id outside the vocabulary (0..{self.rt.target.n_vocab - 1})")
         if not prompt:
             raise ValueError("the prompt is empty")
         if len(prompt) + 1 > self.n_ctx:
@@ -483,7 +520,8 @@ class Engine(Backend):
         st = DecodeState(rt=rt, params=config.sampling, rng=rng, stats=stats, costs=self.costs,
                          tokens=list(prompt), n_past=0,
                          pending_h=np.zeros(rt.n_embd, np.float32) if need_h else None,
-                         n_ctx=self.n_ctx, grammar=grammar)
+                         n_ctx=self.n_ctx, grammar=grammar,
+                         top_logprobs=-1 if config.logprobs is None else config.logprobs)
         text = TextAssembler(self._piece, self._control_text)
         text.prime(prompt)
         t_start = time.perf_counter()
@@ -541,6 +579,9 @@ class Engine(Backend):
                         st.n_past = len(st.tokens) - 1
                         rt.target.truncate(st.n_past)
                 pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
+                for piece, lp in zip(pieces, st.logprobs):  # recorded in the order the tokens were kept
+                    piece.logprob = lp
+                st.logprobs.clear()
                 answer = "".join(p.text for p in pieces if p.channel == "answer")
                 thinking = "".join(p.text for p in pieces if p.channel == "thinking")
                 now = time.perf_counter()

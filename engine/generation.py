@@ -20,6 +20,7 @@ from .text import TokenPiece
 
 AUTO = "auto"  # the draft length chosen every step from measured costs and acceptance: its one spelling
 MAX_DRAFT = 15  # the longest fixed draft: a verify of k + 1 rows fits llama.cpp's 16 output rows
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI allows
 SERVER_DRAFT = "server"  # in a remote reply's stats: the server chose the draft length when it started
 
 
@@ -42,6 +43,7 @@ class GenerationConfig:
     strict_mtp: bool = False  # raise instead of falling back to baseline
     grammar: str | None = None  # GBNF the output must follow (llama.cpp's grammar syntax), or
     json_schema: dict | str | None = None  # a JSON schema it must match (made a grammar)
+    logprobs: int | None = None  # 0..MAX_LOGPROBS: each token's log-probability and this many alternatives
 
 
 @dataclass

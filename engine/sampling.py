@@ -1,8 +1,10 @@
 """Token selection shared by every decoding strategy, so baseline and MTP apply the
 same penalties and truncation to the same logits.
 
-The order follows llama.cpp's default chain: repetition penalty, top-k, top-p, min-p,
-then temperature. A distribution is returned as (candidate ids, probabilities).
+The order follows llama.cpp's default chain: logit bias, penalties (repetition, then OpenAI's
+presence and frequency penalties, over the last `repeat_last_n` tokens, as llama.cpp's
+penalties sampler does), top-k, top-p, min-p, then temperature. A distribution is returned as
+(candidate ids, probabilities).
 """
 
 from __future__ import annotations
@@ -21,10 +23,23 @@ class SamplingParams:
     min_p: float = 0.0
     repeat_penalty: float = 1.0  # 1 = off
     repeat_last_n: int = 64
+    presence_penalty: float = 0.0  # subtracted once from each token seen (OpenAI's)
+    frequency_penalty: float = 0.0  # subtracted once per time each token was seen
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Recent tokens change the logits (a penalty is on)."""
+        return self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def plain(self) -> bool:
+        """The raw logits decide: no penalty and no bias (a greedy choice is their argmax)."""
+        return not self.penalized and not self.logit_bias
 
     def validate(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
@@ -42,6 +57,13 @@ class SamplingParams:
             raise ValueError("min_p must be in [0, 1)")
         if self.repeat_penalty <= 0:
             raise ValueError("repeat_penalty must be > 0")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or not -2.0 <= v <= 2.0:
+                raise ValueError(f"{name} must be between -2 and 2")
+        for tok, bias in self.logit_bias:
+            if not isinstance(tok, int) or tok < 0 or not math.isfinite(bias) or not -100 <= bias <= 100:
+                raise ValueError("logit_bias maps token ids to numbers between -100 and 100")
 
 
 def apply_penalty(logits: np.ndarray, recent: np.ndarray, penalty: float) -> np.ndarray:
@@ -54,15 +76,35 @@ def apply_penalty(logits: np.ndarray, recent: np.ndarray, penalty: float) -> np.
     return out
 
 
-def greedy_token(logits: np.ndarray, recent: np.ndarray, params: SamplingParams) -> int:
+def processed(logits: np.ndarray, recent: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The logits after bias and penalties (the same array when there are none)."""
+    if params.plain:
+        return logits
+    x = logits.astype(np.float32, copy=True)
+    for tok, bias in params.logit_bias:
+        if tok < x.shape[0]:
+            x[tok] += bias
     if params.repeat_penalty != 1.0:
-        logits = apply_penalty(logits, recent, params.repeat_penalty)
-    return int(np.argmax(logits))
+        x = apply_penalty(x, recent, params.repeat_penalty)
+    if (params.presence_penalty or params.frequency_penalty) and recent.size:
+        ids, counts = np.unique(recent, return_counts=True)
+        x[ids] -= params.presence_penalty + params.frequency_penalty * counts
+    return x
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = np.max(x)
+    return x - (m + np.log(np.sum(np.exp(x - m))))
+
+
+def greedy_token(logits: np.ndarray, recent: np.ndarray, params: SamplingParams) -> int:
+    return int(np.argmax(processed(logits, recent, params)))
 
 
 def distribution(logits: np.ndarray, recent: np.ndarray, params: SamplingParams):
     """The processed next-token distribution for temperature sampling: (ids, probs)."""
-    x = apply_penalty(logits, recent, params.repeat_penalty) if params.repeat_penalty != 1.0 else logits
+    x = processed(logits, recent, params)
     n = x.shape[0]
     if 0 < params.top_k < n:
         ids = np.argpartition(x, n - params.top_k)[n - params.top_k:]

@@ -21,89 +21,23 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
+from . import api_request as rq
+from .api_reply import ChoiceReply
+from .api_request import ApiError, ChatRequest, CompletionRequest, Sampling
 from .errors import ContextOverflowError, ModelUnloaded, TandemError
 from .generation import AUTO
-from .sampling import SamplingParams
 
 MAX_BODY_BYTES = 4 * 2**20
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
-
-# ---- request shapes (unknown fields are accepted and ignored, as OpenAI clients send many) ----
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class TandemOptions(_Loose):
-    mtp: bool | None = None
-    draft_max: int | str | None = None
-
-
-class ChatMessage(_Loose):
-    role: str
-    content: str | list[dict] | None = ""
-
-
-class StreamOptions(_Loose):
-    include_usage: bool = False
-
-
-class Sampling(_Loose):
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0, le=100.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    repeat_penalty: float = Field(default=1.0, gt=0.0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    timings_per_token: bool = False
-    tandem: TandemOptions | None = None
-    response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}
-    # fields that change the answer and are not supported yet: refused by name, never ignored
-    n: int | None = None
-    logprobs: bool | int | None = None
-    top_logprobs: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict | None = None
-    tools: list | None = None
-    tool_choice: Any = None
-    functions: list | None = None
-    function_call: Any = None
-    echo: bool | None = None
-    best_of: int | None = None
-    suffix: str | None = None
-
-
-class ChatRequest(Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    chat_template_kwargs: dict[str, Any] | None = None
-
-
-class CompletionRequest(Sampling):
-    prompt: str
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
@@ -189,21 +123,6 @@ class ServerState:
                 pass
 
 
-def _text_of(content) -> str:
-    """Message content as text: a string, or OpenAI content parts of which the text parts count."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for p in content:
-        if p.get("type") == "text" and isinstance(p.get("text"), str):
-            parts.append(p["text"])
-        else:
-            raise ApiError(400, f"content parts of type {p.get('type')!r} are not supported (text only)")
-    return "".join(parts)
-
-
 def _timings(stats) -> dict:
     t = {"prompt_n": stats.prefill_tokens, "prompt_ms": stats.prefill_s * 1e3,
          "prompt_per_second": stats.prefill_tps or 0.0, "predicted_n": stats.generated_tokens,
@@ -238,7 +157,7 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(x) for x in first.get("loc", [])[1:]) or "body"
         what = "the body is not valid JSON" if first.get("type") == "json_invalid" else first.get("msg", "invalid")
-        return _error(400, f"Invalid request: {where}: {what}")
+        return _error(400, f"Invalid request: {where}: {what}", param=where if where != "body" else None)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -271,97 +190,21 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
-        messages = [{"role": m.role, "content": _text_of(m.content)} for m in req.messages]
-        for m in messages:
-            if m["role"] not in ("system", "user", "assistant"):
-                raise ApiError(400, f"message role {m['role']!r} is not supported (system, user, assistant)")
+        messages = rq.messages(req)
         thinking = bool((req.chat_template_kwargs or {}).get("enable_thinking", False))
-        return await _respond(state, req, request, "chat", lambda e, cfg, stop: e.chat(messages, cfg, thinking,
-                                                                                  should_stop=stop))
+        engine = _engine(state)
+        tools = rq.tool_use(req, engine, thinking)
+        cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)
+        return await _respond(state, req, request, "chat", cfg, tools, lambda e, cfg, stop: e.chat(
+            messages, cfg, thinking, should_stop=stop, tools=tools.tools))
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await _respond(state, req, request, "text", lambda e, cfg, stop: e.generate(
+        cfg = rq.config(_engine(state), req, "text", state.draft_max)
+        return await _respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, stop: e.generate(
             e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, stop))
 
     return app
-
-
-def _config(engine, req: Sampling, default_k="auto"):
-    from .generation import GenerationConfig, check_draft_length
-
-    n = req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2)
-    if n >= engine.n_ctx:
-        raise ApiError(400, f"max_tokens {n} does not fit the context of {engine.n_ctx} tokens")
-    sp = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
-                        repeat_penalty=req.repeat_penalty)
-    try:
-        sp.validate()
-    except ValueError as e:
-        raise ApiError(400, str(e)) from None
-    _refuse_unsupported(req)
-    constraint = _response_format(req.response_format)
-    t = req.tandem or TandemOptions()
-    k = t.draft_max if t.draft_max is not None else default_k
-    try:
-        k = check_draft_length(k)
-    except ValueError as e:
-        raise ApiError(400, f"tandem.draft_max: {e}") from None
-    return GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed,
-                            **constraint)
-
-
-def _unsupported(field: str, why: str = "") -> ApiError:
-    return ApiError(400, f"{field!r} is not supported by tandem serve yet{': ' + why if why else ''}; "
-                         "leave it out", code="unsupported_parameter", param=field)
-
-
-def _refuse_unsupported(req: Sampling) -> None:
-    """Fields that would change the answer and are not implemented: a 400 naming the field,
-    never a 200 as if they had worked."""
-    if req.n not in (None, 1):
-        raise _unsupported("n", "one choice per request")
-    if req.best_of not in (None, 1):
-        raise _unsupported("best_of")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
-            raise _unsupported(name, "repeat_penalty is")
-    if req.logprobs not in (None, False, 0) or req.top_logprobs not in (None, 0):
-        raise _unsupported("logprobs" if req.logprobs not in (None, False, 0) else "top_logprobs")
-    for name in ("logit_bias", "tools", "functions"):
-        if getattr(req, name):
-            raise _unsupported(name)
-    for name in ("tool_choice", "function_call"):
-        if getattr(req, name) not in (None, "none", "auto"):
-            raise _unsupported(name)
-    if req.echo:
-        raise _unsupported("echo")
-    if req.suffix:
-        raise _unsupported("suffix")
-
-
-def _response_format(fmt: dict | None) -> dict:
-    """response_format as GenerationConfig fields: a grammar for json_object, a JSON schema for
-    json_schema (checked now: a bad or hostile schema is a 400 naming the problem)."""
-    from .grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
-
-    kind = (fmt or {}).get("type", "text")
-    if kind == "text":
-        return {}
-    if kind == "json_object":
-        return {"grammar": JSON_OBJECT_GBNF}
-    if kind != "json_schema":
-        raise ApiError(400, f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
-                       param="response_format")
-    spec = fmt.get("json_schema")
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    if not isinstance(schema, dict):
-        raise ApiError(400, "response_format.json_schema.schema must be a JSON schema object",
-                       param="response_format")
-    try:
-        return {"grammar": schema_to_gbnf(schema)}
-    except GrammarError as e:
-        raise ApiError(400, f"response_format: {e}", param="response_format") from None
 
 
 async def _generate(state: ServerState, start: Callable):
@@ -422,32 +265,6 @@ async def _generate(state: ServerState, start: Callable):
         fut.add_done_callback(ended)
 
 
-class StopStrings:
-    """Stop strings: the text is held back while it could be the start of one, and cut where
-    one begins."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = [s for s in stops if s]
-        self.sent, self.text, self.hit = 0, "", False
-
-    def feed(self, piece: str) -> str:
-        self.text += piece
-        for s in self.stops:
-            i = self.text.find(s, max(0, self.sent - len(s)))
-            if s and i >= 0:
-                self.text, self.hit = self.text[:i], True
-        hold = 0 if self.hit else max((n for s in self.stops for n in range(len(s), 0, -1)
-                                       if self.text.endswith(s[:n])), default=0)
-        out = self.text[self.sent:len(self.text) - hold]
-        self.sent += len(out)
-        return out
-
-    def rest(self) -> str:
-        out = self.text[self.sent:]
-        self.sent = len(self.text)
-        return out
-
-
 def _api_error(e: Exception) -> ApiError:
     if isinstance(e, ApiError):
         return e
@@ -460,118 +277,131 @@ def _api_error(e: Exception) -> ApiError:
     return ApiError(500, f"{type(e).__name__}: {e}", "server_error")
 
 
-async def _respond(state: ServerState, req: Sampling, request: Request, kind: str, make: Callable):
+def _engine(state: ServerState):
     engine = state.engine_getter()
     if engine is None:
         raise ApiError(503, "No model is loaded", "server_error", "no_model")
-    cfg = _config(engine, req, state.draft_max)
+    return engine
+
+
+def _sum_usage(all_stats) -> dict:
+    """n choices of one prompt: the prompt counts once, as OpenAI counts it."""
+    done = sum(s.generated_tokens for s in all_stats)
+    prompt = all_stats[0].prompt_tokens if all_stats else 0
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+
+
+async def _respond(state: ServerState, req: Sampling, request: Request, kind: str, cfg, tools: rq.ToolUse,
+                   make: Callable):
+    """The reply to one request: `req.n` choices, one generation after another, whole or streamed."""
+    engine = _engine(state)
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     obj = "chat.completion" if kind == "chat" else "text_completion"
+    chunk_obj = obj + ".chunk" if kind == "chat" else obj
+    echo = req.prompt if kind == "text" and getattr(req, "echo", False) else ""
     t0 = time.perf_counter()
+    done: list = []  # each finished choice's stats
 
-    def start(engine, stop):
-        return make(engine, cfg, stop)
+    def reply() -> ChoiceReply:
+        return ChoiceReply(kind, stops, engine.token_bytes, tools.names, tools.parallel, cfg.logprobs is not None)
 
-    def choice(text: str, thinking: str, finish):
-        if kind == "chat":
-            delta = {"content": text} if text else {}
-            if thinking:
-                delta["reasoning_content"] = thinking
-            return {"index": 0, "delta": delta, "finish_reason": finish}
-        return {"index": 0, "text": text, "finish_reason": finish}
+    def generation(i: int):  # with a seed, each choice has its own (seed + i), so choices differ
+        c = cfg if cfg.seed is None or i == 0 else replace(cfg, seed=cfg.seed + i)
+        return _generate(state, lambda e, stop: make(e, c, stop))
 
-    def finish_of(stats, stopper) -> str:
-        return "stop" if stopper.hit else {"length": "length", "context": "length"}.get(stats.finish_reason, "stop")
+    def log(stream: bool) -> None:
+        s = done[-1]
+        state.log(kind=kind, stream=stream, tokens=sum(x.generated_tokens for x in done), tps=s.decode_tps,
+                  accepted=s.acceptance_rate, seconds=time.perf_counter() - t0)
 
-    gen = _generate(state, start)
-    if req.stream:
-        # the first event is awaited here, so what fails before any text (a full queue, a prompt
-        # longer than the context) gets its HTTP status, not a 200 with an error inside
-        try:
-            first = await gen.__anext__()
-        except StopAsyncIteration:
-            first = None
-        except Exception as e:
-            await gen.aclose()
-            raise _api_error(e) from None
-
-        async def chained():
-            if first is not None:
-                yield first
-                async for ev in gen:
-                    yield ev
-
-        async def events():
-            stopper, stats = StopStrings(stops), None
-            if kind == "chat":  # as OpenAI does: the first chunk says who speaks
-                yield {"data": json.dumps({"id": rid, "object": obj + ".chunk", "created": created, "model": state.name,
-                                           "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                        "finish_reason": None}]})}
+    if not req.stream:
+        choices = []
+        for i in range(req.n):
+            r, gen = reply(), generation(i)
             try:
-                async for ev in chained():
-                    stats = ev.stats
-                    text = stopper.feed(ev.answer if kind == "chat" else ev.answer + ev.thinking)
-                    thinking = ev.thinking if kind == "chat" else ""
-                    if text or thinking:
-                        chunk = {"id": rid, "object": obj + ".chunk" if kind == "chat" else obj, "created": created,
-                                 "model": state.name, "choices": [choice(text, thinking, None)]}
-                        if req.timings_per_token:
-                            chunk["timings"] = _timings(stats)
-                        yield {"data": json.dumps(chunk)}
-                    if stopper.hit:
+                async for ev in gen:
+                    r.feed(ev)
+                    if r.hit or await request.is_disconnected():
                         break
             except Exception as e:
-                err = _api_error(e)
-                yield {"data": json.dumps({"error": {"message": err.message, "type": err.kind, "code": err.code}})}
-                return
+                raise _api_error(e) from None
             finally:
                 await gen.aclose()
-            if stats is None:
-                return
-            tail = stopper.rest()
-            final = {"id": rid, "object": obj + ".chunk" if kind == "chat" else obj, "created": created,
-                     "model": state.name, "choices": [choice(tail, "", finish_of(stats, stopper))],
-                     "timings": _timings(stats)}
-            yield {"data": json.dumps(final)}
-            if req.stream_options and req.stream_options.include_usage:
-                yield {"data": json.dumps({"id": rid, "object": obj + ".chunk" if kind == "chat" else obj,
-                                           "created": created, "model": state.name, "choices": [],
-                                           "usage": _usage(stats), "timings": _timings(stats)})}
-            yield {"data": "[DONE]"}
-            state.log(kind=kind, stream=True, tokens=stats.generated_tokens, tps=stats.decode_tps,
-                      accepted=stats.acceptance_rate, seconds=time.perf_counter() - t0)
+            m = r.message()
+            if echo:
+                m["text"] = echo + m["text"]
+            choices.append({"index": i, **m, "finish_reason": r.finish_reason()})
+            done.append(r.stats)
+        log(False)
+        return {"id": rid, "object": obj, "created": created, "model": state.name, "choices": choices,
+                "usage": _sum_usage(done), "timings": _timings(done[-1])}
 
-        return EventSourceResponse(events(), ping=15)
-
-    stopper, stats, thinking = StopStrings(stops), None, []
+    # the first event is awaited here, so what fails before any text (a full queue, a prompt
+    # longer than the context) gets its HTTP status, not a 200 with an error inside
+    gen0 = generation(0)
     try:
-        async for ev in gen:
-            stats = ev.stats
-            stopper.feed(ev.answer if kind == "chat" else ev.answer + ev.thinking)
-            thinking.append(ev.thinking if kind == "chat" else "")
-            if stopper.hit:
-                break
-            if await request.is_disconnected():
-                break
+        first = await gen0.__anext__()
+    except StopAsyncIteration:
+        first = None
     except Exception as e:
+        await gen0.aclose()
         raise _api_error(e) from None
-    finally:
-        await gen.aclose()
-    text = stopper.text
-    if kind == "chat":
-        message = {"role": "assistant", "content": text}
-        if "".join(thinking):
-            message["reasoning_content"] = "".join(thinking)
-        ch = {"index": 0, "message": message, "finish_reason": finish_of(stats, stopper)}
-    else:
-        ch = {"index": 0, "text": text, "finish_reason": finish_of(stats, stopper)}
-    state.log(kind=kind, stream=False, tokens=stats.generated_tokens, tps=stats.decode_tps,
-              accepted=stats.acceptance_rate, seconds=time.perf_counter() - t0)
-    return {"id": rid, "object": obj, "created": created, "model": state.name, "choices": [ch],
-            "usage": _usage(stats), "timings": _timings(stats)}
 
+    def chunk(choices: list, **extra) -> dict:
+        return {"data": json.dumps({"id": rid, "object": chunk_obj, "created": created, "model": state.name,
+                                    "choices": choices, **extra})}
+
+    async def chained(first, gen):
+        if first is not None:
+            yield first
+            async for ev in gen:
+                yield ev
+
+    async def choice(i: int, gen, first):
+        r = reply()
+        if kind == "chat":  # as OpenAI does: the first chunk says who speaks
+            yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                          "finish_reason": None}])
+        elif echo:
+            yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
+        try:
+            async for ev in chained(first, gen):
+                calls, offset = len(r.calls), len(echo) + r.stopper.sent
+                for part in r.deltas(r.feed(ev), calls, offset):
+                    extra = {"timings": _timings(ev.stats)} if req.timings_per_token else {}
+                    yield chunk([{"index": i, **part, "finish_reason": None}], **extra)
+                if r.hit:
+                    break
+        finally:
+            await gen.aclose()
+        if r.stats is None:
+            return
+        tail = r.rest()
+        last = {"delta": {"content": tail} if tail else {}} if kind == "chat" else {"text": tail}
+        yield chunk([{"index": i, **last, "logprobs": None, "finish_reason": r.finish_reason()}],
+                    timings=_timings(r.stats))
+        done.append(r.stats)
+
+    async def events():
+        try:
+            for i in range(req.n):
+                gen = gen0 if i == 0 else generation(i)
+                async for c in choice(i, gen, first if i == 0 else await gen.__anext__()):
+                    yield c
+        except Exception as e:
+            err = _api_error(e)
+            yield {"data": json.dumps({"error": {"message": err.message, "type": err.kind, "code": err.code}})}
+            return
+        if not done:
+            return
+        if req.stream_options and req.stream_options.include_usage:
+            yield chunk([], usage=_sum_usage(done), timings=_timings(done[-1]))
+        yield {"data": "[DONE]"}
+        log(True)
+
+    return EventSourceResponse(events(), ping=15)
 
 def check_host(host: str, api_key: str | None) -> None:
     if host not in LOOPBACK and not api_key:

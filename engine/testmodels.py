@@ -27,6 +27,11 @@ SPECIAL_TOKENS = [
     "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>",
     "<|tool_call>", "<tool_call|>", "<mask>",
 ]
+# Gemma 4's other control tokens (tool declarations and responses, the string delimiter of
+# tool-call arguments, media): at the END of the vocabulary, so the ids above and of every
+# ordinary token stay what they were. The successor walk never reaches them (see successor).
+EXTRA_SPECIAL_TOKENS = ["<|tool>", "<tool|>", "<|tool_response>", "<tool_response|>", '<|"|>',
+                        "<|image|>", "<|audio|>"]
 WORDS = [
     "▁the", "▁a", "▁and", "▁of", "▁to", "▁in", "▁is", "▁it", "▁you", "▁that",
     "▁for", "▁on", "▁with", "▁as", "▁was", "▁be", "▁at", "▁this", "▁have", "▁from",
@@ -71,6 +76,16 @@ CHAT_TEMPLATE = """{{- bos_token -}}
 {%- endif -%}"""
 
 
+def chat_template(name: str) -> str:
+    if name == "tandem":
+        return CHAT_TEMPLATE
+    if name == "gemma4":  # as llama.cpp ships it; see resources/templates/README.md
+        from importlib.resources import files
+
+        return files("resources").joinpath("templates/gemma-4-it.jinja").read_text(encoding="utf-8")
+    raise ValueError(f"unknown template {name!r}: 'tandem' or 'gemma4'")
+
+
 @dataclass(frozen=True)
 class SynthConfig:
     """Shape of a synthetic pair. Defaults are the `tiny` size."""
@@ -102,6 +117,7 @@ class SynthConfig:
     agree_from: int = -1
     seed: int = 0
     quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
+    template: str = "tandem"  # "tandem": CHAT_TEMPLATE; "gemma4": Gemma 4's real template (tools)
 
 
 TINY = SynthConfig()
@@ -133,22 +149,29 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
             types.append(T.NORMAL)
             seen.add(w)
     i = 0
-    while len(toks) < n_vocab:
+    while len(toks) < n_vocab - len(EXTRA_SPECIAL_TOKENS):
         toks.append(f"▁w{i:06d}")
         types.append(T.NORMAL)
         i += 1
+    toks += EXTRA_SPECIAL_TOKENS
+    types += [T.CONTROL] * len(EXTRA_SPECIAL_TOKENS)
     if len(toks) > n_vocab:
         raise ValueError(f"n_vocab must be at least {len(toks)}")
     # SPM merges by score: longer pieces first.
-    scores = [0.0 if t in SPECIAL_TOKENS or t.startswith("<0x") else -float(j) for j, t in enumerate(toks)]
+    special = set(SPECIAL_TOKENS) | set(EXTRA_SPECIAL_TOKENS)
+    scores = [0.0 if t in special or t.startswith("<0x") else -float(j) for j, t in enumerate(toks)]
     return toks, scores, [int(t) for t in types]
 
 
 def successor(n_vocab: int) -> np.ndarray:
-    """succ[t] = t + 1, except that the last token wraps to the first byte token, so a walk
-    never reaches <eos> by wrapping (only <|turn> is followed by the end-of-turn token)."""
+    """succ[t] = t + 1, except that the last ordinary token wraps to the first byte token, so a
+    walk never reaches <eos> by wrapping (only <|turn> is followed by the end-of-turn token),
+    and the extra control tokens lead to the next byte tokens: a walk never reaches one of them
+    either, and no head row sums more than two embeddings (one that did would win everywhere)."""
+    n_extra = len(EXTRA_SPECIAL_TOKENS)
     s = np.arange(1, n_vocab + 1)
-    s[-1] = len(SPECIAL_TOKENS)
+    s[n_vocab - n_extra - 1] = len(SPECIAL_TOKENS)
+    s[n_vocab - n_extra:] = len(SPECIAL_TOKENS) + 1 + np.arange(n_extra)
     return s
 
 
@@ -220,7 +243,7 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
     w.add_final_logit_softcapping(cfg.softcap)
     w.add_file_type(ftype)
     _add_vocab(w, cfg)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(chat_template(cfg.template))
 
     _half_matrices(w, ftype)
     a = np.float32(cfg.alpha)

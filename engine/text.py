@@ -20,6 +20,17 @@ class TokenPiece:
     text: str  # visible text this token added (may be "" mid UTF-8 character)
     drafted: bool | None  # True: proposed by the drafter and accepted by the target; None: not known (a server)
     channel: str  # "answer", "thinking" or "control"
+    marker: str = ""  # a control token's text ("<|tool_call>"): hidden from the text, there for parsers
+    logprob: "TokenLogprob | None" = None  # when asked for: the target's log-probabilities at this token
+
+
+@dataclass
+class TokenLogprob:
+    """The target's log-probability of the token it kept, and of the most likely tokens there
+    (ids with their log-probabilities, best first)."""
+
+    logprob: float
+    top: list[tuple[int, float]]
 
 
 class TextAssembler:
@@ -42,7 +53,7 @@ class TextAssembler:
         ctl = self._control_text(tok)
         if ctl is not None:
             self._split.feed("", ctl)
-            return TokenPiece(tok, "", drafted, "control")
+            return TokenPiece(tok, "", drafted, "control", ctl)
         answer, thinking = self._split.feed(self._utf8.decode(self._piece(tok)), None)
         return TokenPiece(tok, answer or thinking, drafted, "thinking" if thinking else "answer")
 

@@ -167,7 +167,7 @@ def test_desktop_switching_to_dark_restyles_the_charts(qtbot, tmp_path, tiny):
 # ---- draft length: one bound, one spelling -------------------------------------------------
 def test_draft_length_bounds_agree_everywhere(qtbot, tmp_path, tiny):
     from engine.cli import build_parser
-    from engine.server import ApiError, Sampling, TandemOptions, _config
+    from engine.api_request import ApiError, Sampling, TandemOptions, config
 
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:
@@ -181,10 +181,10 @@ def test_draft_length_bounds_agree_everywhere(qtbot, tmp_path, tiny):
         for k, ok in ((MAX_DRAFT, True), (MAX_DRAFT + 1, False), (AUTO, True), (0, False)):
             req = Sampling(max_tokens=8, tandem=TandemOptions(draft_max=k))
             if ok:
-                assert _config(e, req).draft_max == k
+                assert config(e, req, "chat").draft_max == k
             else:
                 with pytest.raises(ApiError):
-                    _config(e, req)
+                    config(e, req, "chat")
         p = build_parser()
         assert p.parse_args(["generate", "--draft-max", str(MAX_DRAFT), "x"]).draft_max == MAX_DRAFT
         with pytest.raises(SystemExit):

@@ -37,7 +37,7 @@ def test_template_errors_are_clear():
     with pytest.raises(TemplateError, match="chat template failed"):
         ChatTemplate("{{ raise_exception('only user and model roles') }}").render([{"role": "user", "content": "x"}])
     with pytest.raises(TemplateError, match="unknown message role"):
-        ChatTemplate(CHAT_TEMPLATE).render([{"role": "tool", "content": "x"}])
+        ChatTemplate(CHAT_TEMPLATE).render([{"role": "function", "content": "x"}])
 
 
 def test_channel_splitter_token_level():

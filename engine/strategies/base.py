@@ -13,8 +13,9 @@ import numpy as np
 
 from ..grammar import Grammar
 from ..runtime import Runtime
-from ..sampling import SamplingParams, distribution, greedy_token, sample_from
+from ..sampling import SamplingParams, distribution, greedy_token, log_softmax, processed, sample_from
 from ..stats import GenerationStats
+from ..text import TokenLogprob
 from .draft_control import CostModel
 
 
@@ -30,6 +31,8 @@ class DecodeState:
     n_ctx: int = 0
     costs: CostModel = field(default_factory=CostModel)  # measured step costs, kept by the engine
     grammar: "Grammar | None" = None  # constrained decoding: the target chooses only what it allows
+    top_logprobs: int = -1  # >= 0: record each kept token's log-probability and this many alternatives
+    logprobs: list = field(default_factory=list)  # TokenLogprob per kept token, in order (the engine takes them)
 
     @property
     def id_last(self) -> int:
@@ -38,7 +41,7 @@ class DecodeState:
     def recent(self, extra=()) -> np.ndarray:
         """The last repeat_last_n tokens (for the repetition penalty), plus `extra`."""
         n = self.params.repeat_last_n
-        if self.params.repeat_penalty == 1.0 or n <= 0:
+        if not self.params.penalized or n <= 0:
             return _EMPTY
         seq = [t for t in self.tokens[-n:] if t >= 0] + list(extra)  # not the positions of media
         return np.asarray(seq[-n:], dtype=np.int64)
@@ -53,7 +56,7 @@ class DecodeState:
                 tok = greedy_token(g.constrain(logits), self.recent(extra), self.params)
         else:
             tok = sample_from(*self.distribution(logits, extra), self.rng)
-        self.keep(tok)
+        self.keep(tok, logits, extra)
         return tok
 
     def distribution(self, logits: np.ndarray, extra=()):
@@ -62,10 +65,25 @@ class DecodeState:
             logits = self.grammar.constrain(logits)
         return distribution(logits, self.recent(extra), self.params)
 
-    def keep(self, tok: int) -> None:
-        """A token is kept (a picked one, or an accepted draft): the grammar advances over it."""
+    def keep(self, tok: int, logits: np.ndarray | None = None, extra=()) -> None:
+        """A token is kept (a picked one, or an accepted draft, chosen from the row `logits`):
+        its log-probabilities are recorded if asked for, and the grammar advances over it."""
+        if self.top_logprobs >= 0 and logits is not None:
+            self.logprobs.append(self._logprob(logits, extra, tok))
         if self.grammar is not None:
             self.grammar.accept(tok)
+
+    def _logprob(self, logits: np.ndarray, extra, tok: int) -> TokenLogprob:
+        """The distribution the target chose from (bias, penalties and grammar applied, before
+        temperature and truncation, as OpenAI reports it)."""
+        x = processed(logits, self.recent(extra), self.params)
+        if self.grammar is not None:
+            x = self.grammar.constrain(x)
+        lp = log_softmax(x)
+        n = min(self.top_logprobs, lp.shape[0])
+        top = np.argpartition(-lp, n - 1)[:n] if n else np.zeros(0, dtype=np.int64)
+        top = top[np.argsort(-lp[top], kind="stable")]
+        return TokenLogprob(float(lp[tok]), [(int(i), float(lp[i])) for i in top])
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

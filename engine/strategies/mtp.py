@@ -81,7 +81,7 @@ class MTP(DecodeStrategy):
         tgt.decode([st.id_last] + drafts, pos0, outputs="all")
 
         n_acc = 0
-        if p.greedy and p.repeat_penalty == 1.0 and st.grammar is None:
+        if p.greedy and p.plain and st.grammar is None and st.top_logprobs < 0:
             best = np.argmax(tgt.logits_rows(k + 1), axis=1)
             while n_acc < k and best[n_acc] == drafts[n_acc]:
                 n_acc += 1
@@ -102,11 +102,11 @@ class MTP(DecodeStrategy):
                 q = q_dists[n_acc]
                 ratio = prob_of(*pd, d) / prob_of(*q, d)
                 if st.rng.random() < ratio:
-                    st.keep(d)
+                    st.keep(d, tgt.logits(n_acc), drafts[:n_acc])
                     n_acc += 1
                     continue
                 bonus = sample_residual(*pd, *q, st.rng)
-                st.keep(bonus)
+                st.keep(bonus, tgt.logits(n_acc), drafts[:n_acc])
                 break
             if bonus is None:
                 bonus = st.pick(tgt.logits(k), drafts)

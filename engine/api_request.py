@@ -1,0 +1,277 @@
+"""What an OpenAI-style request asks of `tandem serve`: its shapes (pydantic) and their checks,
+made into the engine's GenerationConfig, messages and tools. Every field that changes the
+answer is either honoured or refused with a 400 that names it; none is silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .generation import MAX_LOGPROBS, GenerationConfig, check_draft_length
+from .sampling import SamplingParams
+from .tools import ToolError, calls_grammar, check_tools
+
+MAX_CHOICES = 16  # n: choices are generated one after another, each a whole generation
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+
+
+# ---- request shapes (unknown fields are accepted and ignored, as OpenAI clients send many) ----
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TandemOptions(_Loose):
+    mtp: bool | None = None
+    draft_max: int | str | None = None
+
+
+class ChatMessage(_Loose):
+    role: str
+    content: str | list[dict] | None = ""
+    tool_calls: list[dict] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool's answer to one of them
+    name: str | None = None
+
+
+class StreamOptions(_Loose):
+    include_usage: bool = False
+
+
+class Sampling(_Loose):
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=100.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(default=1.0, gt=0.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None  # token id (as text) -> -100..100
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, generated one after another
+    logprobs: bool | int | None = None  # chat: true/false; completions: how many alternatives
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    timings_per_token: bool = False
+    tandem: TandemOptions | None = None
+    response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}
+    # refused by name: they would change the answer and are not implemented
+    best_of: int | None = None
+    suffix: str | None = None
+    functions: list | None = None
+    function_call: Any = None
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list | None = None
+    tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name": ...}}
+    parallel_tool_calls: bool = True
+
+
+class CompletionRequest(Sampling):
+    prompt: str
+    echo: bool = False
+
+
+# ---- checks --------------------------------------------------------------------------------
+def unsupported(field: str, why: str = "") -> ApiError:
+    return ApiError(400, f"{field!r} is not supported by tandem serve{': ' + why if why else ''}; leave it out",
+                    code="unsupported_parameter", param=field)
+
+
+def top_logprobs(req: Sampling, kind: str) -> int | None:
+    """How many alternatives per token the reply lists (0: only the chosen token), or None."""
+    if kind == "chat":
+        if req.logprobs not in (None, False, True):
+            raise ApiError(400, "logprobs must be true or false (top_logprobs says how many alternatives)",
+                           param="logprobs")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        return (req.top_logprobs or 0) if req.logprobs else None
+    if req.logprobs is None or req.logprobs is False:
+        return None
+    if req.logprobs is True or not 0 <= req.logprobs <= MAX_LOGPROBS:
+        raise ApiError(400, f"logprobs must be a number of alternatives, 0 to {MAX_LOGPROBS}", param="logprobs")
+    return req.logprobs
+
+
+def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | None = None) -> GenerationConfig:
+    """The engine's settings for one request; a 400 naming the field for anything wrong."""
+    if req.best_of not in (None, 1, req.n):
+        raise unsupported("best_of", "use n for several choices")
+    if req.suffix:
+        raise unsupported("suffix")
+    if req.functions or req.function_call not in (None, "none", "auto"):
+        raise unsupported("functions" if req.functions else "function_call", "use tools and tool_choice")
+    n = req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2)
+    if n >= engine.n_ctx:
+        raise ApiError(400, f"max_tokens {n} does not fit the context of {engine.n_ctx} tokens", param="max_tokens")
+    bias = []
+    for key, value in (req.logit_bias or {}).items():
+        if not key.isdigit():
+            raise ApiError(400, f"logit_bias keys are token ids, got {key[:40]!r}", param="logit_bias")
+        if int(key) >= getattr(engine, "n_vocab", 1 << 31):
+            raise ApiError(400, f"logit_bias names token {key}, outside the vocabulary (0..{engine.n_vocab - 1})",
+                           param="logit_bias")
+        if not -100 <= value <= 100:
+            raise ApiError(400, "logit_bias values are between -100 and 100", param="logit_bias")
+        bias.append((int(key), float(value)))
+    sp = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                        repeat_penalty=req.repeat_penalty, presence_penalty=req.presence_penalty,
+                        frequency_penalty=req.frequency_penalty, logit_bias=tuple(bias))
+    try:
+        sp.validate()
+    except ValueError as e:
+        raise ApiError(400, str(e)) from None
+    top = top_logprobs(req, kind)
+    if kind == "text" and req.echo and top is not None:
+        raise unsupported("echo", "the log-probabilities of the prompt are not computed; echo without logprobs works")
+    fmt = response_format(req.response_format)
+    if fmt and grammar:
+        raise ApiError(400, "response_format cannot be combined with a forced tool call (tool_choice)",
+                       param="response_format")
+    t = req.tandem or TandemOptions()
+    k = t.draft_max if t.draft_max is not None else default_k
+    try:
+        k = check_draft_length(k)
+    except ValueError as e:
+        raise ApiError(400, f"tandem.draft_max: {e}", param="tandem.draft_max") from None
+    cfg = GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed,
+                           logprobs=top, **fmt)
+    return replace(cfg, grammar=grammar) if grammar else cfg
+
+
+def response_format(fmt: dict | None) -> dict:
+    """response_format as GenerationConfig fields: a grammar for json_object, a JSON schema for
+    json_schema (checked now: a bad or hostile schema is a 400 naming the problem)."""
+    from .grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
+
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"grammar": JSON_OBJECT_GBNF}
+    if kind != "json_schema":
+        raise ApiError(400, f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                       param="response_format")
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise ApiError(400, "response_format.json_schema.schema must be a JSON schema object",
+                       param="response_format")
+    try:
+        return {"grammar": schema_to_gbnf(schema)}
+    except GrammarError as e:
+        raise ApiError(400, f"response_format: {e}", param="response_format") from None
+
+
+# ---- chat messages and tools ----------------------------------------------------------------
+def text_of(content, where: str = "content") -> str:
+    """Message content as text: a string, or OpenAI content parts of which the text parts count."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for p in content:
+        if p.get("type") == "text" and isinstance(p.get("text"), str):
+            parts.append(p["text"])
+        else:
+            raise ApiError(400, f"content parts of type {p.get('type')!r} are not supported (text only)", param=where)
+    return "".join(parts)
+
+
+def messages(req: ChatRequest) -> list[dict]:
+    """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
+    arguments as objects (the template writes them in the model's syntax), tool answers."""
+    out = []
+    for i, m in enumerate(req.messages):
+        role = "system" if m.role == "developer" else m.role  # OpenAI's newer name for it
+        if role not in ("system", "user", "assistant", "tool"):
+            raise ApiError(400, f"messages[{i}].role {m.role!r} is not supported (system, developer, user, "
+                                "assistant, tool)", param=f"messages[{i}].role")
+        msg = {"role": role, "content": text_of(m.content, f"messages[{i}].content")}
+        if role == "assistant" and m.tool_calls:
+            msg["tool_calls"] = [_earlier_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)]
+        if role == "tool":
+            msg["tool_call_id"] = m.tool_call_id or ""
+            if m.name:
+                msg["name"] = m.name
+        out.append(msg)
+    return out
+
+
+def _earlier_call(call, where: str) -> dict:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ApiError(400, f"{where} must be {{'id': ..., 'type': 'function', 'function': {{'name': ..., "
+                            "'arguments': ...}}}}", param=where)
+    args = fn.get("arguments") or "{}"
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            raise ApiError(400, f"{where}.function.arguments is not valid JSON", param=where) from None
+    if not isinstance(args, dict):
+        raise ApiError(400, f"{where}.function.arguments must be a JSON object", param=where)
+    return {"id": str(call.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
+
+
+@dataclass
+class ToolUse:
+    """What a request's tools mean for its generation."""
+
+    tools: list[dict] | None = None  # declarations the template renders (none: no tools, or tool_choice none)
+    names: set[str] | None = None  # calls to these are read out of the answer (None: no calls read)
+    grammar: str | None = None  # a call is forced (tool_choice required or a named function)
+    parallel: bool = True  # several calls in one answer; if not, the first one counts
+
+
+def tool_use(req: ChatRequest, engine, thinking: bool) -> ToolUse:
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    if not req.tools:
+        if choice not in ("none", "auto"):
+            raise ApiError(400, "tool_choice asks for a call, but the request declares no tools", param="tool_choice")
+        return ToolUse()
+    try:
+        tools = check_tools(req.tools)
+    except ToolError as e:
+        raise ApiError(400, f"tools: {e}", param="tools") from None
+    template = getattr(engine, "template", None)
+    if template is None or not template.supports_tools:
+        raise ApiError(400, "this model's chat template has no tool calling (Gemma 4's has); leave tools out",
+                       code="unsupported_parameter", param="tools")
+    if choice == "none":
+        return ToolUse()
+    names = {t["function"]["name"] for t in tools}
+    if choice == "auto":
+        return ToolUse(tools, names, None, req.parallel_tool_calls)
+    if choice == "required":
+        name = None
+    elif isinstance(choice, dict) and choice.get("type") == "function" \
+            and isinstance((choice.get("function") or {}).get("name"), str):
+        name = choice["function"]["name"]
+    else:
+        raise ApiError(400, "tool_choice must be 'none', 'auto', 'required' or "
+                            "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+    try:
+        grammar = calls_grammar(tools, name, req.parallel_tool_calls, thinking)
+    except ToolError as e:
+        raise ApiError(400, f"tool_choice: {e}", param="tool_choice") from None
+    return ToolUse(tools, names if name is None else {name}, grammar, req.parallel_tool_calls)
