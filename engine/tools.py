@@ -275,8 +275,8 @@ GENERIC = {
 
 class _SchemaGrammar:
     """GBNF rules for values in Gemma's argument syntax that match a JSON schema: types,
-    properties (required ones always, in order), enum, const, anyOf/oneOf, items and local
-    $refs (recursive ones too). Keywords it cannot express (patterns, lengths, bounds) are
+    properties (required ones always, in order), enum, const, anyOf/oneOf, items (up to 64 of
+    minItems/maxItems) and local $refs (recursive ones too). Keywords it cannot express (patterns, lengths, bounds) are
     left to the tool to check, as a tool must check its arguments anyway."""
 
     def __init__(self, root: dict):
@@ -327,7 +327,12 @@ class _SchemaGrammar:
             return self.obj(s, depth)
         if t == "array":
             item = self.value(s.get("items"), depth + 1) if isinstance(s.get("items"), dict) else "g-value"
-            return self.add(f'"[" ( {item} ( "," {item} )* )? "]"')
+            lo, hi = s.get("minItems", 0), s.get("maxItems")
+            lo = lo if isinstance(lo, int) and 0 <= lo <= 64 else 0
+            hi = hi if isinstance(hi, int) and lo <= hi <= 64 and hi >= 1 else None
+            more = "*" if hi is None else f"{{{max(lo - 1, 0)},{hi - 1}}}"
+            body = f'{item} ( "," {item} ){more}'
+            return self.add(f'"[" {body} "]"' if lo >= 1 else f'"[" ( {body} )? "]"')
         return {"string": "g-string", "number": "g-number", "integer": "g-integer",
                 "boolean": '( "true" | "false" )', "null": '"null"'}.get(t, "g-value")
 

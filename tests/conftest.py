@@ -87,3 +87,14 @@ def mtp_server(llama_server_bin, tiny, tmp_path_factory):
     s = LlamaServer(llama_server_bin, tiny["target"], tiny[0.7], log=tmp_path_factory.mktemp("srv") / "mtp.log")
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma4_tools(models_dir):
+    """The tiny pair carrying Gemma 4's real chat template: tool declarations, calls and tool
+    responses rendered as the real models see them (the synthetic vocabulary has its control
+    tokens, so calls tokenize as they do there)."""
+    from engine.testmodels import make_test_models
+
+    t, d = make_test_models(models_dir / "gemma4-template", "tiny", 0.7, template="gemma4")
+    return {"target": t, 0.7: d}
