@@ -62,13 +62,11 @@ class ApiKey:
         return await self.app(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse request bodies over `limit` bytes (413), by Content-Length or as they arrive
-    (a chunked body has none), before the application reads them whole."""
+    (a chunked body has none), before the application sees them: the body is read here (at
+    most `limit` bytes) and handed on whole, since an error raised while the application reads
+    would reach the client as FastAPI's 400 "error parsing the body"."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -80,21 +78,27 @@ class BodyLimit:
         too_large = _error(413, f"The request body is larger than {self.limit // 2**20} MB")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
             return await too_large(scope, receive, send)
-        total = 0
-
-        async def limited():
-            nonlocal total
+        chunks, total = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                total += len(message.get("body", b""))
-                if total > self.limit:
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.limit:
+                return await too_large(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await too_large(scope, receive, send)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # then: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
 
 
 @dataclass

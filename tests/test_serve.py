@@ -354,3 +354,17 @@ def test_errors_are_openai_shaped_models_by_id_and_the_first_chunk_says_the_role
     chunks = list(client(server).chat.completions.create(model="tiny-target", max_tokens=4, stream=True,
                                                           messages=[{"role": "user", "content": "hi"}]))
     assert chunks[0].choices[0].delta.role == "assistant"
+
+
+def test_invalid_utf8_and_an_oversize_chunked_body_get_openai_shaped_errors(server):
+    bad = httpx.post(server.url + "/chat/completions", timeout=10, headers={"Content-Type": "application/json"},
+                     content=b'{"messages": [{"role": "user", "content": "\xff\xfe"}], "max_tokens": 2}')
+    assert bad.status_code == 400 and set(bad.json()["error"]) >= {"message", "type", "param", "code"}, bad.text
+
+    def body():  # no Content-Length: the limit must hold as the chunks arrive
+        for _ in range(6):
+            yield b"x" * 2**20
+
+    big = httpx.post(server.url + "/chat/completions", content=body(), timeout=30,
+                     headers={"Content-Type": "application/json"})
+    assert big.status_code == 413 and set(big.json()["error"]) >= {"message", "type", "code"}, big.text
