@@ -114,13 +114,14 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
               progress=None, grammar: str | None = None) -> dict:
     """Baseline, then MTP at each draft length, on the same prompts (greedy); `grammar`
     constrains every run (what a JSON schema costs)."""
-    if not engine.has_mtp:
+    if not engine.has_mtp and draft_maxes:
         raise ValueError("bench needs a drafter (--drafter) to compare against")
     toks = [prompt_tokens(engine, p) for p in prompts]
     # Warm-up (first decodes pay for allocations and page faults), not counted.
-    for use_mtp in (False, True):
+    for use_mtp in (False, True) if draft_maxes else (False,):
         engine.reset()
-        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=draft_maxes[0], grammar=grammar))
+        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=(draft_maxes or [AUTO])[0],
+                                             grammar=grammar))
 
     base = Aggregate("baseline")
     base_out: list[GenerationResult] = []

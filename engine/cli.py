@@ -325,17 +325,20 @@ def cmd_bench(args) -> int:
 
     if args.server:
         return _bench_remote(args)
-    if not args.drafter:
-        raise ValueError("bench compares baseline with MTP and needs --drafter")
     constraint = _constraint(args)
+    if not args.drafter and not constraint:
+        raise ValueError("bench compares baseline with MTP and needs --drafter (or --json-schema, to measure "
+                         "what a schema costs the model alone)")
     prompts = load_prompts(args.prompts)
     engine = _load(args)
     try:
         t = engine.rt.target_info
         d = engine.rt.drafter_info
+        if not args.drafter:
+            args.draft_max = []  # the model alone: baseline with and without the schema
         print(f"target  {t.path.name} ({t.arch}, {t.file_size / 2**20:.1f} MiB)\n"
-              f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n"
-              f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
+              + (f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n" if d else "")
+              + f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
               f"max {args.max_tokens} tokens, greedy\n", flush=True)
         def progress(s):
             print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True)

@@ -26,6 +26,7 @@ MAX_SCHEMA_DEPTH = 24
 MAX_SCHEMA_NODES = 4000
 MAX_ENUM_VALUES = 1000
 MAX_GRAMMAR_BYTES = 256 * 1024
+PREFILTER = 4096  # candidates checked before the whole vocabulary (see Grammar.best)
 PORT_CHAR, JSON_CHAR = r'char ::= [^"\\] |', r'char ::= [^"\\\x7F\x00-\x1F] |'
 # Value constraints the converter does not turn into grammar: refused by name rather than
 # answered with JSON that breaks them (annotations such as title or description are fine).
@@ -133,14 +134,53 @@ class Grammar:
         self._apply(self._one, 1)
         return self._one[0].logit != float("-inf")
 
-    def constrain(self, logits: np.ndarray) -> np.ndarray:
-        """A copy of `logits` with every token the grammar rules out now at -inf."""
+    def constrain(self, logits: np.ndarray, top_k: int = 0) -> np.ndarray:
+        """A copy of `logits` with every token the grammar rules out now at -inf. With `top_k`,
+        only what top-k sampling needs is exact: the k best allowed tokens are kept (found among
+        the best PREFILTER when there are k there, as `best` does) and the rest may be -inf."""
+        if 0 < top_k <= PREFILTER < self.n_vocab:
+            ids = np.argpartition(-logits[:self.n_vocab], PREFILTER - 1)[:PREFILTER]
+            rows = self._all[:PREFILTER].copy()
+            rows["id"], rows["logit"] = ids, logits[ids]
+            self._apply(rows.ctypes.data, PREFILTER)
+            ok = np.isfinite(rows["logit"])
+            if ok.sum() >= top_k:
+                out = np.full_like(logits, -np.inf, dtype=np.float32)
+                out[rows["id"][ok]] = rows["logit"][ok]
+                return out
         rows = self._all
         rows["logit"] = logits[:self.n_vocab]
         self._apply(rows.ctypes.data, self.n_vocab)
         out = logits.astype(np.float32, copy=True)
         out[:self.n_vocab] = rows["logit"]  # the grammar never reorders: its rows keep their ids
         return out
+
+    def best(self, logits: np.ndarray, full: bool = True) -> int:
+        """The highest-logit token the grammar allows now: greedy decoding under the grammar.
+        The whole vocabulary is checked only when neither the favourite token nor any of the
+        best PREFILTER are allowed (checking all of a 262k vocabulary costs more than a decode
+        of a 1B model; llama.cpp's own sampler checks the favourite, then everything). Exact:
+        any token outside the best PREFILTER scores lower than every one inside. With
+        `full=False` the whole vocabulary is never checked: -1 when no cheap check found one."""
+        tok = int(np.argmax(logits[:self.n_vocab]))
+        if self.allows(tok):
+            return tok
+        n = min(PREFILTER, self.n_vocab)
+        ids = np.argpartition(-logits[:self.n_vocab], n - 1)[:n]
+        rows = self._all[:n].copy()
+        rows["id"], rows["logit"] = ids, logits[ids]
+        self._apply(rows.ctypes.data, n)
+        ok = np.isfinite(rows["logit"])
+        if ok.any():
+            return int(rows["id"][ok][np.argmax(rows["logit"][ok])])
+        return int(np.argmax(self.constrain(logits))) if full else -1
+
+    def clone(self) -> "Grammar":
+        """An independent copy in the same state (to draft ahead without moving this one)."""
+        twin = object.__new__(Grammar)
+        twin._smpl, twin.n_vocab, twin._all, twin._one = (lib.llama_sampler_clone(self._smpl), self.n_vocab,
+                                                          self._all, (lib.llama_token_data * 1)())
+        return twin
 
     def accept(self, token: int) -> None:
         lib.llama_sampler_accept(self._smpl, token)

@@ -104,7 +104,11 @@ def greedy_token(logits: np.ndarray, recent: np.ndarray, params: SamplingParams)
 
 def distribution(logits: np.ndarray, recent: np.ndarray, params: SamplingParams):
     """The processed next-token distribution for temperature sampling: (ids, probs)."""
-    x = processed(logits, recent, params)
+    return truncated(processed(logits, recent, params), params)
+
+
+def truncated(x: np.ndarray, params: SamplingParams):
+    """The sampling distribution from already processed logits: top-k, top-p, min-p, temperature."""
     n = x.shape[0]
     if 0 < params.top_k < n:
         ids = np.argpartition(x, n - params.top_k)[n - params.top_k:]

@@ -92,3 +92,21 @@ def test_bench_aggregates_rates_from_sums():
     assert d["per_position_acceptance"] == [8 / 9, 7 / 9, 6 / 9]
     assert abs(d["ttft_s"] - 0.3) < 1e-12 and abs(d["verify_ms"] - 1e3 * 2.6 / 9) < 1e-9
     assert abs(d["draft_step_ms"] - 1e3 * 1.2 / 27) < 1e-9
+
+
+def test_bench_json_schema_on_the_model_alone(tiny, tmp_path):
+    """Without a drafter, --json-schema still measures what the schema costs (baseline rows);
+    without either, one line says what bench needs."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello world"}\n')
+    schema = tmp_path / "s.json"
+    schema.write_text('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}')
+    r = tandem("bench", "--model", tiny["target"], "--prompts", prompts, "--max-tokens", "12",
+               "--json-schema", schema)
+    assert "with the JSON schema vs without" in r.stdout and "drafter" not in r.stdout.split("threads")[0]
+    row = next(line for line in r.stdout.splitlines() if line.startswith("baseline") and line.endswith("-")
+               and "x" in line.split()[-2])
+    assert float(row.split()[-2].rstrip("x")) > 0
+    bare = subprocess.run([sys.executable, "-m", "app.main", "bench", "--model", str(tiny["target"])],
+                          capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and "--json-schema" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1

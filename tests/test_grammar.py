@@ -142,3 +142,39 @@ def test_cli_json_schema_and_grammar(tiny, tmp_path):
     bad.write_text('{"type": "integer", "maximum": 3}')
     r = subprocess.run(run + ["--json-schema", str(bad), "x"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "'maximum'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_cheap_checks_give_what_the_whole_vocabulary_would(engines, monkeypatch):
+    """Grammar.best (greedy) and constrain(top_k) look at the best PREFILTER tokens before the
+    whole vocabulary; on the tiny vocabulary a small PREFILTER makes both paths run. Along a
+    JSON reply, at every state: the same token, the same top-k as checking everything."""
+    import numpy as np
+
+    import engine.grammar as grammar
+
+    monkeypatch.setattr(grammar, "PREFILTER", 48)
+    e = engines["0.7"]
+    gbnf = schema_to_gbnf(SCHEMA)
+    rng = np.random.default_rng(3)
+    reply = e.run(e.format_chat([{"role": "user", "content": PROMPTS[0]}]),
+                  GenerationConfig(max_tokens=60, use_mtp=False, json_schema=SCHEMA)).tokens
+    g = grammar.Grammar(e.rt.vocab, gbnf, e.n_vocab)
+    paths = set()
+    try:
+        for tok in reply:
+            for _ in range(3):
+                x = rng.standard_normal(e.n_vocab).astype(np.float32) * 4
+                full = g.constrain(x)
+                assert g.best(x) == int(np.argmax(full))
+                k = int(rng.integers(1, 8))
+                top = g.constrain(x, top_k=k)
+                allowed = np.flatnonzero(np.isfinite(full))
+                best_k = set(allowed[np.argsort(-full[allowed])][:k])
+                assert best_k <= set(np.flatnonzero(np.isfinite(top)))  # the k best allowed are all there
+                assert np.all(top[np.isfinite(top)] == x[np.isfinite(top)])  # with their own logits
+                assert set(np.flatnonzero(np.isfinite(top))) <= set(allowed)  # and nothing the grammar rules out
+                paths.add(len(allowed) >= 48)
+            g.accept(tok)
+    finally:
+        g.close()
+    assert paths == {True, False}  # states with many and with few allowed tokens were both seen

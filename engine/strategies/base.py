@@ -13,7 +13,7 @@ import numpy as np
 
 from ..grammar import Grammar
 from ..runtime import Runtime
-from ..sampling import SamplingParams, distribution, greedy_token, log_softmax, processed, sample_from
+from ..sampling import SamplingParams, distribution, log_softmax, processed, sample_from, truncated
 from ..stats import GenerationStats
 from ..text import TokenLogprob
 from .draft_control import CostModel
@@ -51,9 +51,8 @@ class DecodeState:
         which then advances over it: a strategy picks only tokens it keeps."""
         g = self.grammar
         if self.params.greedy:
-            tok = greedy_token(logits, self.recent(extra), self.params)
-            if g is not None and not g.allows(tok):  # the unconstrained best is usually allowed: check it first
-                tok = greedy_token(g.constrain(logits), self.recent(extra), self.params)
+            x = processed(logits, self.recent(extra), self.params)
+            tok = g.best(x) if g is not None else int(np.argmax(x))
         else:
             tok = sample_from(*self.distribution(logits, extra), self.rng)
         self.keep(tok, logits, extra)
@@ -61,9 +60,10 @@ class DecodeState:
 
     def distribution(self, logits: np.ndarray, extra=()):
         """The target's sampling distribution for one row, within the grammar: (ids, probs)."""
-        if self.grammar is not None:
-            logits = self.grammar.constrain(logits)
-        return distribution(logits, self.recent(extra), self.params)
+        if self.grammar is None:
+            return distribution(logits, self.recent(extra), self.params)
+        x = processed(logits, self.recent(extra), self.params)
+        return truncated(self.grammar.constrain(x, top_k=self.params.top_k), self.params)
 
     def keep(self, tok: int, logits: np.ndarray | None = None, extra=()) -> None:
         """A token is kept (a picked one, or an accepted draft, chosen from the row `logits`):

@@ -10,8 +10,9 @@ Sampling: accept d_i with probability min(1, p(d_i)/q(d_i)) and on rejection sam
 normalised max(0, p - q) — the standard speculative-sampling rule, which leaves the output
 distributed exactly as the target's.
 Under a grammar the target's choice at row i is constrained by the grammar state after the
-tokens kept before it (p is the constrained distribution); the drafter drafts freely, and a
-draft the grammar rules out is simply rejected. Only kept tokens reach the grammar.
+tokens kept before it (p is the constrained distribution). Greedy, the drafter drafts within
+the grammar too, on a copy of its state; sampling, it drafts freely and a draft the grammar
+rules out is simply rejected. Only kept tokens reach the target's grammar.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..generation import AUTO
 from ..runtime import MAX_OUTPUTS
-from ..sampling import distribution, greedy_token, prob_of, sample_from, sample_residual
+from ..sampling import distribution, greedy_token, prob_of, processed, sample_from, sample_residual
 from .base import DecodeState, DecodeStrategy, Step
 from .draft_control import AUTO_K_MAX, DraftController
 
@@ -67,9 +68,18 @@ class MTP(DecodeStrategy):
         q_dists = []
         dr.h[:] = st.pending_h
         tok = st.id_last
+        # greedy under a grammar: the drafter drafts within it too (a copy of its state), so its
+        # drafts are ones the target may keep; where no allowed token is cheap to find the draft
+        # ends there, as a whole-vocabulary check costs more than the drafts could save
+        dg = st.grammar.clone() if st.grammar is not None and p.greedy and k else None
         for _ in range(k):
             logits = dr.step(tok, pos0)
-            if p.greedy:
+            if dg is not None:
+                tok = dg.best(processed(logits, st.recent(drafts), p), full=False)
+                if tok < 0:
+                    break
+                dg.accept(tok)
+            elif p.greedy:
                 tok = greedy_token(logits, st.recent(drafts), p)
             else:
                 q = distribution(logits, st.recent(drafts), p)
@@ -77,6 +87,9 @@ class MTP(DecodeStrategy):
                 q_dists.append(q)
             drafts.append(tok)
 
+        if dg is not None:
+            dg.close()
+            k = len(drafts)
         t1 = time.perf_counter()
         tgt.decode([st.id_last] + drafts, pos0, outputs="all")
 
