@@ -22,8 +22,8 @@ import numpy as np
 
 from .chat import FALLBACK_TEMPLATE, ChatTemplate
 from .errors import ContextOverflowError, EngineError, ModelUnloaded, MTPUnavailableError
-from .generation import (AUTO, MAX_LOGPROBS, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
-                         GenerationResult, check_draft_length)
+from .generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
+                         GenerationResult, check_draft_length, check_spec)
 from .llama import lib
 from .runtime import LoadOptions, Runtime
 from .stats import GenerationStats
@@ -410,23 +410,38 @@ class Engine(Backend):
                 f"the conversation is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "drop the oldest turns or raise the context size",
                 needed=len(prompt) + 1, n_ctx=self.n_ctx)
-        use_mtp = config.use_mtp and self.has_mtp
-        if config.use_mtp and not self.has_mtp and config.strict_mtp:
+        spec = check_spec(config.spec) if config.use_mtp else SPEC_NONE
+        if spec == "mtp" and not self.has_mtp and config.strict_mtp:
             raise MTPUnavailableError(
                 "MTP needs a Gemma 4 target with its matching gemma-4 assistant drafter; "
                 "none is loaded")
+        strategy_name = self.strategy_for(spec)
         draft_max = config.draft_max
         if draft_max == AUTO and config.seed is not None and not config.sampling.greedy:
             # A seed asks for the same sample every time. Auto's lengths follow wall-clock costs,
             # and each length draws different random numbers, so seeded sampling drafts a fixed
             # length instead (the distribution is exact either way).
             draft_max = SEEDED_DRAFT_MAX
-        strategy = make_strategy("mtp" if use_mtp else "baseline", draft_max)
+        strategy = make_strategy(strategy_name, draft_max)
         grammar = self._grammar(config)  # a bad grammar or schema raises here, before streaming
         self._cancel.clear()
         cancel = self._cancel
         stop = cancel.is_set if should_stop is None else (lambda: cancel.is_set() or should_stop())
         return self._run(list(prompt), config, strategy, stop, grammar)
+
+    def strategy_for(self, spec: str) -> str:
+        """The decoding strategy a draft-source choice means for this model: auto is every
+        source it has (the drafter, if loaded, and lookup, which every model has)."""
+        if spec == SPEC_NONE or (spec == "mtp" and not self.has_mtp):
+            return "baseline"
+        if spec == AUTO:
+            return "hybrid" if self.has_mtp else "lookup"
+        return spec
+
+    @property
+    def spec_sources(self) -> list[str]:
+        """The draft sources this model has, for auto: ['mtp', 'lookup'] or ['lookup']."""
+        return (["mtp"] if self.has_mtp else []) + ["lookup"]
 
     def _grammar(self, config: GenerationConfig):
         if config.grammar is None and config.json_schema is None:
@@ -513,7 +528,7 @@ class Engine(Backend):
     def _run_locked(self, prompt, config: GenerationConfig, strategy, grammar) -> Iterator[GenerationEvent]:
         rt = self.rt
         stats = GenerationStats(mode=strategy.name,
-                                draft_max=strategy.draft_label if strategy.name == "mtp" else 0,
+                                draft_max=strategy.draft_label if strategy.name != "baseline" else 0,
                                 prompt_tokens=len(prompt))
         rng = np.random.default_rng(config.seed)
         need_h = strategy.needs_drafter
@@ -579,6 +594,8 @@ class Engine(Backend):
                         st.n_past = len(st.tokens) - 1
                         rt.target.truncate(st.n_past)
                 pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
+                for piece in pieces:
+                    piece.source = step.source if piece.drafted else ""
                 for piece, lp in zip(pieces, st.logprobs):  # recorded in the order the tokens were kept
                     piece.logprob = lp
                 st.logprobs.clear()

@@ -24,6 +24,17 @@ MAX_LOGPROBS = 20  # alternatives per token, as OpenAI allows
 SERVER_DRAFT = "server"  # in a remote reply's stats: the server chose the draft length when it started
 
 
+SPECS = (AUTO, "mtp", "lookup", "none")  # where drafts come from; auto: every source the model has
+SPEC_NONE = "none"
+
+
+def check_spec(value) -> str:
+    """One of SPECS, else ValueError (one line, for CLI, server and app)."""
+    if value not in SPECS:
+        raise ValueError(f"draft source must be one of {', '.join(SPECS)}, got {value!r}")
+    return value
+
+
 def check_draft_length(value) -> int | str:
     """AUTO or a whole number 1..MAX_DRAFT, else ValueError (one line, for CLI, server and app)."""
     if value == AUTO:
@@ -36,7 +47,8 @@ def check_draft_length(value) -> int | str:
 @dataclass(frozen=True)
 class GenerationConfig:
     max_tokens: int = 512
-    use_mtp: bool = True  # ignored (baseline) when no drafter is loaded, unless strict
+    use_mtp: bool = True  # drafting on; off is plain decoding (baseline)
+    spec: str = AUTO  # draft sources (SPECS): auto = the drafter, if loaded, and lookup; mtp without one = baseline
     draft_max: int | str = AUTO  # AUTO: chosen every step from measured costs and acceptance
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None

@@ -33,6 +33,8 @@ class GenerationStats:
     accepted_tokens: int = 0
     llama_s: float = 0.0  # inside llama_decode during decode (target + drafter)
     draft_llama_s: float = 0.0
+    lookup_draft_tokens: int = 0  # of draft_tokens: proposed by lookup (the text so far), not the drafter
+    lookup_accepted_tokens: int = 0  # of accepted_tokens: lookup's
     undrafted_steps: int = 0  # MTP steps that drafted nothing (auto pausing; or the reply's last token)
     k_now: int = 0  # the draft length of the latest step
     paused: bool = False  # auto has not drafted for several steps
@@ -52,6 +54,19 @@ class GenerationStats:
                 self.accepted_at[i] += 1
 
     @property
+    def drafting(self) -> bool:
+        """Drafts were made, or could have been (mtp, lookup, or both: hybrid)."""
+        return self.mode != "baseline"
+
+    @property
+    def mtp_draft_tokens(self) -> int:
+        return self.draft_tokens - self.lookup_draft_tokens
+
+    @property
+    def mtp_accepted_tokens(self) -> int:
+        return self.accepted_tokens - self.lookup_accepted_tokens
+
+    @property
     def prefill_tps(self) -> float | None:
         s = self.prefill_s - self.media_s  # tokens decoded per second; encoding media is apart
         return self.prefill_tokens / s if s > 0 and self.prefill_tokens else None
@@ -66,13 +81,13 @@ class GenerationStats:
 
     @property
     def mean_accepted_length(self) -> float | None:
-        if self.mode != "mtp" or not self.steps:
+        if not self.drafting or not self.steps:
             return None
         return (self.accepted_tokens + self.steps) / self.steps
 
     @property
     def mean_draft_length(self) -> float | None:
-        return self.draft_tokens / self.steps if self.mode == "mtp" and self.steps else None
+        return self.draft_tokens / self.steps if self.drafting and self.steps else None
 
     @property
     def per_position_acceptance(self) -> list[float]:
@@ -99,6 +114,8 @@ class GenerationStats:
             "steps": self.steps,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
+            "lookup_draft_tokens": self.lookup_draft_tokens,
+            "lookup_accepted_tokens": self.lookup_accepted_tokens,
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "per_position_acceptance": self.per_position_acceptance,
@@ -112,16 +129,25 @@ class GenerationStats:
             "drafts_reported": self.drafts_reported,
         }
 
+    def source_label(self) -> str:
+        return {"lookup": "lookup", "hybrid": "MTP + lookup"}.get(self.mode, "MTP")
+
     def k_label(self) -> str:
-        """'MTP k=3', or for auto the mean length used and the steps taken without drafting."""
+        """'MTP k=3', or for auto the mean length used and the steps taken without drafting;
+        with lookup, how many of the accepted drafts were lookup's."""
+        name = self.source_label()
         if self.draft_max == "server":
-            return "MTP (server's draft length)"
+            return f"{name} (server's draft length)"
         if self.draft_max != "auto":
-            return f"MTP k={self.draft_max}"
-        if not self.steps:
-            return "MTP k auto"
-        s = f"MTP k auto (mean {self.mean_draft_length:.1f}"
-        return s + (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
+            s = f"{name} k={self.draft_max}"
+        elif not self.steps:
+            s = f"{name} k auto"
+        else:
+            s = f"{name} k auto (mean {self.mean_draft_length:.1f}"
+            s += (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
+        if self.mode == "hybrid" and self.accepted_tokens:
+            s += f", {self.lookup_accepted_tokens * 100 // self.accepted_tokens} % of accepted by lookup"
+        return s
 
     def footer(self) -> str:
         """One line for the end of a message, e.g.
@@ -133,7 +159,7 @@ class GenerationStats:
         parts.append(f"TTFT {self.ttft_s:.2f} s")
         if not self.drafts_reported:
             parts.append(f"drafts not reported by {self.engine}")
-        elif self.mode == "mtp":
+        elif self.drafting:
             if self.acceptance_rate is not None:
                 parts.append(f"{self.acceptance_rate * 100:.0f} % accepted")
             if self.mean_accepted_length is not None:

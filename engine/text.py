@@ -18,10 +18,11 @@ from .chat import CHANNEL_CLOSE, CHANNEL_OPEN, ChannelSplitter
 class TokenPiece:
     id: int
     text: str  # visible text this token added (may be "" mid UTF-8 character)
-    drafted: bool | None  # True: proposed by the drafter and accepted by the target; None: not known (a server)
+    drafted: bool | None  # True: a draft the target accepted; None: not known (a server)
     channel: str  # "answer", "thinking" or "control"
     marker: str = ""  # a control token's text ("<|tool_call>"): hidden from the text, there for parsers
     logprob: "TokenLogprob | None" = None  # when asked for: the target's log-probabilities at this token
+    source: str = ""  # a drafted token's source: "mtp" (the drafter) or "lookup" (copied from the text)
 
 
 @dataclass

@@ -13,7 +13,7 @@ def run_all(engine, k, max_tokens=64, use_mtp=True):
     out = []
     for text in PROMPTS:
         engine.reset()
-        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, use_mtp=use_mtp, draft_max=k)))
+        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, use_mtp=use_mtp, spec="mtp", draft_max=k)))
     return out
 
 

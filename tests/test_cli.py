@@ -35,7 +35,8 @@ def test_generate_json(tiny):
 
 def test_generate_streams_text(tiny):
     r = tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "8", "Hi")
-    assert r.stdout.strip() and "tok/s" in r.stderr and "MTP k auto" in r.stderr  # auto is the default
+    # auto is the default: every source the pair has
+    assert r.stdout.strip() and "tok/s" in r.stderr and "MTP + lookup k auto" in r.stderr
 
 
 def test_bench_json_side_by_side(tiny, tmp_path):

@@ -1,4 +1,5 @@
-"""Greedy MTP must reproduce baseline decoding token for token (except at measured near-ties)."""
+"""Greedy speculative decoding — MTP, lookup, and both (hybrid) — must reproduce baseline
+decoding token for token (except at measured near-ties)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,14 @@ def measured_tolerance(engine: Engine) -> float:
     return max(4 * noise, 1e-4)
 
 
-def check_equivalent(engine: Engine, prompt: list[int], k: int, max_tokens: int, tol: float):
+def check_equivalent(engine: Engine, prompt: list[int], k, max_tokens: int, tol: float, spec: str = "mtp"):
     """Returns 'identical' or 'near-tie'; fails on a real divergence."""
     engine.reset()
     base = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, use_mtp=False))
     engine.reset()
-    mtp = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, use_mtp=True, draft_max=k))
-    assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0
+    mtp = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, spec=spec, draft_max=k))
+    assert mtp.stats.mode == engine.strategy_for(spec)
+    assert mtp.stats.draft_tokens > 0 or spec != "mtp"
     if mtp.tokens == base.tokens:
         return "identical"
     j = next((i for i, (a, b) in enumerate(zip(mtp.tokens, base.tokens)) if a != b),
@@ -104,3 +106,33 @@ def test_chat_path_equivalence(engine07, tolerance):
     prompt = engine07.format_chat(msgs)
     for k in (1, 3, 5):
         assert check_equivalent(engine07, prompt, k, 64, tolerance) in ("identical", "near-tie")
+
+
+# the synthetic model walks up its vocabulary, so text that repeats runs of consecutive tokens
+# gives lookup proposals it accepts, and anything else gives proposals it rejects
+REPEATS = ["a b c d e f g a b c d e f g a b c", "w000010 w000011 w000012 x y w000010 w000011",
+           "def f(x):\n    return x + 1\n\ndef f(x):\n    return"]
+
+
+@pytest.mark.parametrize("spec", ["lookup", "auto"])
+def test_greedy_lookup_and_hybrid_equal_baseline(spec, engine07, tolerance):
+    drafted = accepted = 0
+    for k in (2, 5, "auto"):
+        for text in REPEATS + PROMPTS[:3]:
+            assert check_equivalent(engine07, engine07.tokenize(text), k, 48, tolerance, spec) in (
+                "identical", "near-tie")
+    for text in REPEATS:
+        engine07.reset()
+        s = engine07.run(engine07.tokenize(text), GenerationConfig(max_tokens=48, spec=spec, draft_max=3)).stats
+        drafted, accepted = drafted + s.lookup_draft_tokens, accepted + s.lookup_accepted_tokens
+    assert drafted > accepted > 0  # lookup proposed, and both outcomes were verified
+
+
+def test_lookup_equivalence_when_sliding_window_cache_wraps(tiny, tolerance):
+    engine = Engine.load(tiny["target"], tiny[0.7], LoadOptions(n_batch=16, n_ubatch=16, n_ctx=1024))
+    try:
+        prompt = engine.tokenize(" ".join(REPEATS * 3))
+        for spec in ("lookup", "auto"):
+            assert check_equivalent(engine, prompt, 6, 400, tolerance, spec) == "identical"
+    finally:
+        engine.close()

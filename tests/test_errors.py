@@ -116,9 +116,11 @@ def test_mtp_without_drafter_says_so(tiny):
     e = Engine.load(tiny["target"])
     try:
         with pytest.raises(MTPUnavailableError, match="drafter"):
-            e.generate(e.tokenize("hi"), GenerationConfig(use_mtp=True, strict_mtp=True))
-        r = e.run(e.tokenize("hi"), GenerationConfig(max_tokens=4, use_mtp=True))  # falls back
+            e.generate(e.tokenize("hi"), GenerationConfig(use_mtp=True, spec="mtp", strict_mtp=True))
+        r = e.run(e.tokenize("hi"), GenerationConfig(max_tokens=4, spec="mtp"))  # falls back
         assert r.stats.mode == "baseline"
+        # auto: every source this model has, and without a drafter that is lookup
+        assert e.run(e.tokenize("hi"), GenerationConfig(max_tokens=4)).stats.mode == "lookup"
     finally:
         e.close()
 

@@ -63,7 +63,7 @@ def test_mtp_after_an_image_equals_baseline(vision, k):
     vision.reset()
     base = vision.run(prompt, GenerationConfig(max_tokens=48, use_mtp=False))
     vision.reset()
-    mtp = vision.run(prompt, GenerationConfig(max_tokens=48, use_mtp=True, draft_max=k))
+    mtp = vision.run(prompt, GenerationConfig(max_tokens=48, spec="mtp", draft_max=k))
     assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0 and mtp.stats.acceptance_rate is not None
     assert mtp.tokens == base.tokens and len(base.tokens) == 48
 
@@ -78,7 +78,7 @@ def test_mtp_after_audio_equals_baseline(vision, k):
     vision.reset()
     base = vision.run(prompt, GenerationConfig(max_tokens=40, use_mtp=False))
     vision.reset()
-    mtp = vision.run(prompt, GenerationConfig(max_tokens=40, use_mtp=True, draft_max=k))
+    mtp = vision.run(prompt, GenerationConfig(max_tokens=40, spec="mtp", draft_max=k))
     assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0
     assert mtp.tokens == base.tokens and len(base.tokens) == 40
     with pytest.raises(MediaError, match="could not be decoded"):  # a WAV header with no sound after it
@@ -171,7 +171,7 @@ def test_cli_generate_with_an_image(tiny, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
-    assert r["stats"]["mode"] == "mtp" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
+    assert r["stats"]["mode"] == "hybrid" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
     sound = tmp_path / "tone.wav"
     sound.write_bytes(tone())
     out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),

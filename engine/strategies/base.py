@@ -92,7 +92,8 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 @dataclass
 class Step:
     tokens: list[int]
-    drafted: list[bool] = field(default_factory=list)  # True = drafter's token accepted
+    drafted: list[bool] = field(default_factory=list)  # True = a draft the target accepted
+    source: str = ""  # where this step's drafts came from: "mtp", "lookup" ("" = none)
 
 
 class DecodeStrategy:

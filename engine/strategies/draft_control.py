@@ -32,28 +32,73 @@ AUTO_K_MAX = 8  # the longest draft auto chooses
 PAUSED_AFTER = 3  # undrafted steps in a row before the live stats say "paused"
 PROBE_FIRST, PROBE_MAX = 16, 128  # undrafted steps before a probe; doubles after each rejected one
 PAUSE_HALF_LIFE = 16  # paused steps over which old acceptance evidence loses another decay step
+STARVED = 0.5  # a batch that got less than this share of the usual CPU time ran beside something else
+OUTLIER, OUTLIER_RUN = 3.0, 3  # a sample 3x its size's median is a stall, unless 3 come in a row
+REALITY_STEPS = 8  # drafted steps before what drafting achieves is checked against plain steps
 
 
 @dataclass
 class CostModel:
     """Seconds for a target batch of n rows and for one draft step, measured on this machine:
-    the median of each size's recent samples (one slow sample, such as llama.cpp building a
-    graph for a new batch size, must not decide anything). Also carries what the last reply's
-    controller learnt (`carry`), the starting point of the next reply."""
+    the median of each size's recent samples. A desktop is busy with other programs, so one
+    stall must not decide anything: a sample taken while this process got far less CPU than
+    usual (its CPU time against the wall time) is dropped, and so is one far above its size's
+    median, unless several in a row say the machine really got slower (then the size is
+    measured anew from them). Also carries what the last reply's controllers learnt (`carry`),
+    the starting point of the next reply."""
 
     window: int = 9
     batch: dict = field(default_factory=dict)  # rows -> recent seconds
     drafts: deque = field(default_factory=lambda: deque(maxlen=9))
     draft: float | None = None  # median seconds of one draft step
     carry: dict = field(default_factory=dict)
+    dropped: int = 0  # samples left out as stalls
+    reality_check: bool = True  # controllers check their choices against the speed achieved (off: costs given)
+    last_dropped: bool = False  # the latest batch sample was a stall
     _medians: dict = field(default_factory=dict)  # rows -> median seconds
+    _cpu: deque = field(default_factory=lambda: deque(maxlen=32))  # recent CPU/wall ratios
+    _suspect: dict = field(default_factory=dict)  # rows -> slow samples in a row
 
-    def record_batch(self, rows: int, seconds: float) -> None:
+    def record_batch(self, rows: int, seconds: float, cpu_seconds: float | None = None) -> None:
+        self.last_dropped = False
         if rows not in self.batch:  # the first batch of a size also builds its graph: not typical
             self.batch[rows] = deque(maxlen=self.window)
             return
-        self.batch[rows].append(seconds)
+        if cpu_seconds is not None and seconds > 0:
+            ratio = cpu_seconds / seconds
+            starved = len(self._cpu) >= 4 and ratio < STARVED * statistics.median(self._cpu)
+            self._cpu.append(ratio)
+            if starved:  # the machine ran something else meanwhile: not what this batch costs
+                self.dropped += 1
+                self.last_dropped = True
+                return
+        median = self._medians.get(rows)
+        if median is not None and seconds > OUTLIER * median:
+            slow = self._suspect.setdefault(rows, [])
+            slow.append(seconds)
+            if len(slow) < OUTLIER_RUN:
+                self.dropped += 1
+                self.last_dropped = True
+                return
+            self.batch[rows].clear()  # several in a row: this size costs more now; measure it anew
+            self.batch[rows].extend(slow)
+            seconds = None
+        self._suspect.pop(rows, None)
+        if seconds is not None:
+            self.batch[rows].append(seconds)
         self._medians[rows] = statistics.median(self.batch[rows])
+        self._forget_implausible()
+
+    def _forget_implausible(self) -> None:
+        """A batch of n rows never costs more than n single decodes: a size whose median says
+        so was measured while the machine was busy (and, looking expensive, would never be
+        tried again to correct it). Forget it: it is guessed optimistically, tried, measured."""
+        one = self._medians.get(1)
+        if one is None:
+            return
+        for n in [n for n, c in self._medians.items() if n > 1 and c > n * one * 1.2]:
+            del self._medians[n]
+            self.batch[n].clear()
 
     def record_draft(self, seconds_per_step: float) -> None:
         self.drafts.append(seconds_per_step)
@@ -73,8 +118,8 @@ class CostModel:
         below = [n for n in self._medians if n < rows]
         return self._medians[max(below)] if below else None
 
-    def ready(self) -> bool:
-        return self.draft is not None and 1 in self._medians
+    def ready(self, need_draft: bool = True) -> bool:
+        return (self.draft is not None or not need_draft) and 1 in self._medians
 
     def ceiling(self, k_max: int, measured_only: bool = False) -> float | None:
         """The best speed-up MTP could reach here if every draft were accepted. Sizes not
@@ -91,14 +136,18 @@ class DraftController:
     """Chooses k for each step of one reply; `observe` feeds back what the target accepted."""
 
     def __init__(self, costs: CostModel, k_max: int = AUTO_K_MAX, prior: float = 0.6, prior_weight: float = 1.0,
-                 decay: float = 0.95, start_k: int = 2):
+                 decay: float = 0.95, start_k: int = 2, carry_key: str = "mtp", free_drafts: bool = False):
         self.costs = costs
         self.k_max = k_max
         self.prior = prior
         self.prior_weight = prior_weight
         self.decay = decay
         self.start_k = start_k
-        carry = costs.carry
+        self.free_drafts = free_drafts  # lookup: proposing costs nothing next to a decode
+        self.carry_key = carry_key
+        self.real = {"drafted": [0.0, 0.0], "plain": [0.0, 0.0]}  # decayed tokens, seconds per kind of step
+        self._last_drafted = False
+        carry = costs.carry.setdefault(carry_key, {})
         self.accepted = list(carry.get("accepted", [0.0] * k_max))  # decayed counts per position
         self.seen = list(carry.get("seen", [0.0] * k_max))
         self.probe_every = carry.get("probe_every", PROBE_FIRST)
@@ -118,7 +167,7 @@ class DraftController:
     def expected_rates(self, k_max: int, acceptance: list[float] | None = None) -> list[float]:
         """E(k) / T(k), expected tokens per second, for k = 0..k_max (costs must be ready)."""
         a = acceptance if acceptance is not None else self.acceptance()
-        draft = self.costs.draft or 0.0
+        draft = 0.0 if self.free_drafts else self.costs.draft or 0.0
         rates, tokens, p = [1.0 / self.costs.batch_cost(1)], 1.0, 1.0
         for k in range(1, k_max + 1):
             p *= a[k - 1]
@@ -139,23 +188,45 @@ class DraftController:
             self.undrafted_run += 1
             return 0
         self.probing = False
-        if not self.costs.ready():
+        if not self.costs.ready(need_draft=not self.free_drafts):
             # not measured yet on this machine: a drafted step, then a plain one
-            k = min(self.start_k, k_max) if self.costs.draft is None else 0
+            k = 0 if self._last_drafted else min(self.start_k, k_max)
         else:
             k = self.best_k(k_max)
+            if k > 0 and self.drafting_loses():
+                k = 0  # the cost model promises more than drafting achieves: plain steps, probes later
             if k == 0 and self.undrafted_run >= self.probe_every and k_max >= 1:
                 k, self.probing = 1, True  # the cheapest look at whether drafts pay again
                 self.paused_for = self.undrafted_run
             elif k > 0:
                 self.probe_every = PROBE_FIRST
         self.undrafted_run = self.undrafted_run + 1 if k == 0 else 0
+        self._last_drafted = k > 0
         self._carry()
         return k
 
-    def observe(self, k: int, n_accepted: int) -> None:
-        """After a step with k drafts of which the first n_accepted were taken. Evidence
-        decays per drafted step; a probe after a long pause discounts it further."""
+    def drafting_loses(self) -> bool:
+        """What drafted steps really achieved (tokens per second, decayed) is below what plain
+        steps achieved in this reply (or, before there were enough of those, below the plain
+        rate the costs predict): wrong costs cannot keep drafting that does not pay."""
+        tok, sec = self.real["drafted"]
+        if not self.costs.reality_check or tok < REALITY_STEPS or sec <= 0:
+            return False
+        ptok, psec = self.real["plain"]
+        plain = ptok / psec if ptok >= REALITY_STEPS and psec > 0 else 1.0 / self.costs.batch_cost(1)
+        return tok / sec < 0.9 * plain
+
+    def observe(self, k: int, n_accepted: int, seconds: float | None = None) -> None:
+        """After a step with k drafts of which the first n_accepted were taken (in `seconds`,
+        the whole step). Evidence decays per drafted step; a probe after a long pause
+        discounts it further."""
+        if seconds is not None and seconds > 0 and not self.costs.last_dropped:  # a stall says nothing
+            for kind in self.real.values():  # every step ages both kinds: old evidence fades either way
+                kind[0] *= self.decay
+                kind[1] *= self.decay
+            tok_sec = self.real["drafted" if k else "plain"]
+            tok_sec[0] += n_accepted + 1
+            tok_sec[1] += seconds
         if k == 0:
             return
         decay = self.decay
@@ -172,8 +243,8 @@ class DraftController:
 
     def _carry(self) -> None:
         """What the next reply starts from (same model, same machine, likely similar text)."""
-        self.costs.carry.update(accepted=self.accepted, seen=self.seen, probe_every=self.probe_every,
-                                undrafted_run=self.undrafted_run)
+        self.costs.carry[self.carry_key].update(accepted=self.accepted, seen=self.seen, probe_every=self.probe_every,
+                                                undrafted_run=self.undrafted_run)
 
     @property
     def paused(self) -> bool:

@@ -1,0 +1,44 @@
+"""Lookup drafting: text the reply copies from the prompt (a file being edited, a quoted
+passage) or from itself is proposed by finding where the last few tokens occurred before and
+offering the tokens that followed them there. No second model: it works for every model.
+
+`NgramIndex` keeps, for n-grams of NGRAM_MIN..NGRAM_MAX tokens, the position that followed
+their latest occurrence. It is brought up to date as tokens arrive (a dictionary update per
+new token and n, never a scan of the context), and its size is bounded by the context: at
+most one entry per n and position. One index follows one generation (prompt, then reply); a
+prompt of 8k tokens is indexed in about 20 ms.
+"""
+
+from __future__ import annotations
+
+NGRAM_MIN, NGRAM_MAX = 2, 4  # a match of 4 tokens is preferred; 2 is the shortest that predicts well
+MAX_RUN = 15  # the longest proposal (a verify of run + 1 rows fits llama.cpp's output rows)
+
+
+class NgramIndex:
+    def __init__(self, n_min: int = NGRAM_MIN, n_max: int = NGRAM_MAX):
+        self.n_min, self.n_max = n_min, n_max
+        self.after: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self.indexed = 0  # n-grams ending before this position are in the index
+
+    def _catch_up(self, tokens: list[int], end: int) -> None:
+        """Index the n-grams ending at positions indexed..end-1 (each maps to the position after it)."""
+        for i in range(self.indexed, end):
+            for n in range(self.n_min, self.n_max + 1):
+                if i + 1 >= n:
+                    self.after[n][tuple(tokens[i + 1 - n:i + 1])] = i + 1
+        self.indexed = max(self.indexed, end)
+
+    def propose(self, tokens: list[int], max_len: int) -> list[int]:
+        """What followed the latest earlier occurrence of the longest matching suffix of
+        `tokens` (the current end itself excluded), up to max_len tokens; [] when none matches."""
+        if max_len <= 0 or len(tokens) < self.n_min + 1:
+            return []
+        self._catch_up(tokens, len(tokens) - 1)  # every n-gram but the ones ending at the last token
+        for n in range(min(self.n_max, len(tokens)), self.n_min - 1, -1):
+            start = self.after[n].get(tuple(tokens[-n:]))
+            if start is not None and start < len(tokens):
+                run = tokens[start:start + max_len]
+                cut = next((i for i, t in enumerate(run) if t < 0), len(run))  # never a picture's positions
+                return run[:cut]
+        return []
