@@ -89,7 +89,7 @@ class Aggregate:
                             engine=self.runs[0].engine if self.runs else "llama.cpp")
         for name in ("prompt_tokens", "prefill_tokens", "prefill_s", "ttft_s", "decode_s",
                      "generated_tokens", "steps", "draft_tokens", "accepted_tokens", "llama_s",
-                     "draft_llama_s", "undrafted_steps"):
+                     "draft_llama_s", "undrafted_steps", "lookup_draft_tokens", "lookup_accepted_tokens"):
             setattr(s, name, self._sum(name))
         n = max((len(r.drafted_at) for r in self.runs), default=0)
         s.drafted_at = [sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at)) for i in range(n)]
@@ -102,7 +102,7 @@ class Aggregate:
         d["prompts"] = len(self.runs)
         # per-token costs inside llama.cpp, for the ideal speed-up (not timed on a server)
         local = s.engine == "llama.cpp"
-        if local and self.mode == "mtp" and s.steps:
+        if local and self.mode != "baseline" and s.steps:
             d["draft_step_ms"] = 1e3 * s.draft_llama_s / max(1, s.draft_tokens)
             d["verify_ms"] = 1e3 * (s.llama_s - s.draft_llama_s) / s.steps
         elif local and s.steps:
@@ -110,18 +110,27 @@ class Aggregate:
         return d
 
 
+def bench_rows(engine: Engine, draft_maxes: list, specs: list | None = None) -> list[tuple[str, int | str]]:
+    """(draft source, draft length) per row after baseline. By default: MTP at each length if a
+    drafter is loaded, lookup, and auto (both sources, chosen per step) when there are two."""
+    if specs is None:
+        rows = [("mtp", k) for k in draft_maxes] if engine.has_mtp else []
+        return rows + [("lookup", AUTO)] + ([(AUTO, AUTO)] if engine.has_mtp else [])
+    return [(s, k) for s in specs if s != "none" for k in draft_maxes]
+
+
 def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens: int = 128,
-              progress=None, grammar: str | None = None) -> dict:
-    """Baseline, then MTP at each draft length, on the same prompts (greedy); `grammar`
-    constrains every run (what a JSON schema costs)."""
-    if not engine.has_mtp and draft_maxes:
-        raise ValueError("bench needs a drafter (--drafter) to compare against")
+              progress=None, grammar: str | None = None, specs: list | None = None) -> dict:
+    """Baseline, then each draft source at each draft length (bench_rows), on the same prompts
+    (greedy); `grammar` constrains every run (what a JSON schema costs)."""
+    rows = bench_rows(engine, draft_maxes, specs)
+    if not engine.has_mtp and any(spec == "mtp" for spec, _ in rows):
+        raise ValueError("bench needs a drafter (--drafter) to compare MTP against")
     toks = [prompt_tokens(engine, p) for p in prompts]
     # Warm-up (first decodes pay for allocations and page faults), not counted.
-    for use_mtp in (False, True) if draft_maxes else (False,):
+    for spec in ["none"] + sorted({spec for spec, _ in rows}):
         engine.reset()
-        engine.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=use_mtp, draft_max=(draft_maxes or [AUTO])[0],
-                                             grammar=grammar))
+        engine.run(toks[0], GenerationConfig(max_tokens=8, spec=spec, draft_max=AUTO, grammar=grammar))
 
     base = Aggregate("baseline")
     base_out: list[GenerationResult] = []
@@ -133,12 +142,12 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
         if progress:
             progress(f"baseline {i + 1}/{len(toks)}")
 
-    result = {"baseline": base.stats(), "mtp": []}
-    for k in draft_maxes:
-        agg = Aggregate("mtp", k)
+    result = {"baseline": base.stats(), "mtp": []}  # "mtp": every drafting row (its "spec" says which)
+    for spec, k in rows:
+        agg = Aggregate(engine.strategy_for(spec), k)
         for i, t in enumerate(toks):
             engine.reset()
-            r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=True, draft_max=k, grammar=grammar))
+            r = engine.run(t, GenerationConfig(max_tokens=max_tokens, spec=spec, draft_max=k, grammar=grammar))
             agg.runs.append(r.stats)
             ref = base_out[i].tokens
             if r.tokens == ref:
@@ -151,7 +160,7 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
                 else:
                     agg.mismatches += 1
             if progress:
-                progress(f"mtp k={k} {i + 1}/{len(toks)}")
+                progress(f"{agg.mode} k={k} {i + 1}/{len(toks)}")
         d = agg.stats()
         b = result["baseline"]
         d["speedup"] = (d["decode_tps"] / b["decode_tps"]) if d["decode_tps"] and b["decode_tps"] else None
@@ -163,7 +172,8 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
         if b.get("decode_step_ms") and d.get("verify_ms") and d.get("mean_accepted_length"):
             cost = d["draft_step_ms"] * d["draft_tokens"] / max(1, d["steps"]) + d["verify_ms"]
             d["ideal_speedup"] = d["mean_accepted_length"] * b["decode_step_ms"] / cost
-        if k == AUTO:
+        d["spec"] = spec
+        if k == AUTO and spec == "mtp":
             d["why"] = explain(engine.costs, agg.acceptance_where_drafted(), AUTO_K_MAX, d["mean_draft_length"])
         result["mtp"].append(d)
     engine.reset()
@@ -174,12 +184,12 @@ def grammar_cost(free: dict, constrained: dict) -> str:
     """What a grammar costs, side by side: tok/s without and with it, baseline and each MTP
     length, and how much of MTP's speed-up it keeps."""
     rows = [("baseline", "-", free["baseline"], constrained["baseline"])]
-    rows += [("mtp", m["draft_max"], m, c) for m, c in zip(free["mtp"], constrained["mtp"])]
+    rows += [(m["mode"], m["draft_max"], m, c) for m, c in zip(free["mtp"], constrained["mtp"])]
     head = f"{'mode':<9}{'k':>5}{'free tok/s':>12}{'schema tok/s':>14}{'ratio':>8}{'speed-up kept':>15}"
     lines = ["with the JSON schema vs without:", head, "-" * len(head)]
     for mode, k, a, b in rows:
         ratio = b["decode_tps"] / a["decode_tps"] if a["decode_tps"] and b["decode_tps"] else None
-        kept = (b["speedup"] - 1) / (a["speedup"] - 1) if mode == "mtp" and a.get("speedup") and b.get("speedup") \
+        kept = (b["speedup"] - 1) / (a["speedup"] - 1) if mode != "baseline" and a.get("speedup") and b.get("speedup") \
             and a["speedup"] > 1.0 else None
         lines.append(f"{mode:<9}{k!s:>5}{_f(a['decode_tps'], '.1f'):>12}{_f(b['decode_tps'], '.1f'):>14}"
                      f"{_f(ratio, '.2f') + 'x':>8}{(_f(kept * 100, '.0f') + '%') if kept is not None else '-':>15}")
@@ -203,7 +213,7 @@ def format_table(res: dict) -> str:
     for m in res["mtp"]:
         n = m["prompts"]
         lines.append(
-            f"{'mtp':<9}{m['draft_max']:>5}{_f(m['decode_tps'], '.1f'):>9}"
+            f"{m['mode']:<9}{m['draft_max']:>5}{_f(m['decode_tps'], '.1f'):>9}"
             f"{_f(m['speedup'], '.2f') + 'x':>10}{_f(m.get('ideal_speedup'), '.2f') + 'x':>8}"
             f"{_f(m['acceptance_rate'] and m['acceptance_rate'] * 100, '.0f') + '%':>8}"
             f"{_f(m['mean_accepted_length'], '.2f'):>9}{_f(m.get('verify_ms'), '.2f') + 'ms':>9}"

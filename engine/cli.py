@@ -13,7 +13,7 @@ import sys
 from typing import Callable
 
 from .errors import TandemError
-from .generation import AUTO, MAX_DRAFT
+from .generation import AUTO, MAX_DRAFT, SPECS
 
 EXIT_USAGE = 2
 
@@ -110,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate a reply to one prompt")
     _add_load_args(g)
     _add_sampling_args(g)
-    g.add_argument("--no-mtp", action="store_true", help="baseline decoding even with a drafter")
+    g.add_argument("--no-mtp", action="store_true", help="baseline decoding even with a drafter (as --spec none)")
+    g.add_argument("--spec", choices=SPECS, default=AUTO,
+                   help="where drafts come from: mtp (the drafter), lookup (text already in the prompt or "
+                        "reply: any model), none (baseline), auto (every source the model has; default)")
     g.add_argument("--draft-max", type=_draft_length, default=AUTO,
                    help="tokens drafted per step, or 'auto' to choose every step from measured costs "
                         "and acceptance (default auto)")
@@ -129,12 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "next to the model)")
     g.add_argument("prompt")
 
-    b = sub.add_parser("bench", help="baseline vs MTP side by side on the same prompts")
+    b = sub.add_parser("bench", help="baseline vs drafting (MTP, lookup) side by side on the same prompts")
     _add_load_args(b)
     b.add_argument("--prompts", help="JSONL file of prompts (default: the built-in set)")
     b.add_argument("--max-tokens", type=_positive(), default=128)
     b.add_argument("--draft-max", type=_draft_length, nargs="+", default=[AUTO, 1, 2, 3, 4],
                    help="draft lengths to compare with baseline, 'auto' among them (default auto 1 2 3 4)")
+    b.add_argument("--spec", choices=SPECS, nargs="+", default=None,
+                   help="draft sources to compare with baseline (default: mtp if a drafter is loaded, lookup, "
+                        "and auto, which chooses between them every step)")
+    b.add_argument("--suite", choices=["default", "edits"], default="default",
+                   help="built-in prompts: a mix (default), or code edits and prose (what lookup speeds up)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     b.add_argument("--json-schema", metavar="FILE", help="also run every prompt constrained to this JSON schema, "
                    "and compare (what constrained decoding costs)")
@@ -227,9 +235,9 @@ def cmd_generate(args) -> int:
         raise ValueError("--raw takes text only: pictures and sounds go into a chat message")
     engine = _load(args)
     try:
-        if not args.no_mtp and not engine.has_mtp and not args.json:
+        if not args.no_mtp and args.spec == "mtp" and not engine.has_mtp and not args.json:
             print("tandem: no drafter loaded: decoding without MTP (baseline)", file=sys.stderr)
-        cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp,
+        cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp, spec=args.spec,
                                draft_max=args.draft_max, sampling=sp, seed=args.seed, **constraint)
         if args.raw:
             prompt = engine.tokenize(args.prompt, add_special=True, parse_special=False)
@@ -326,41 +334,50 @@ def cmd_bench(args) -> int:
     if args.server:
         return _bench_remote(args)
     constraint = _constraint(args)
-    if not args.drafter and not constraint:
-        raise ValueError("bench compares baseline with MTP and needs --drafter (or --json-schema, to measure "
-                         "what a schema costs the model alone)")
-    prompts = load_prompts(args.prompts)
+    if args.suite == "edits" and not args.prompts:
+        from .edit_suite import edit_prompts
+
+        prompts = edit_prompts()
+        groups = {"code edits": [p for p in prompts if p["kind"] == "edit"],
+                  "prose and explaining code": [p for p in prompts if p["kind"] != "edit"]}
+    else:
+        prompts = load_prompts(args.prompts)
+        groups = {"": prompts}
     engine = _load(args)
     try:
         t = engine.rt.target_info
         d = engine.rt.drafter_info
-        if not args.drafter:
-            args.draft_max = []  # the model alone: baseline with and without the schema
         print(f"target  {t.path.name} ({t.arch}, {t.file_size / 2**20:.1f} MiB)\n"
-              + (f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n" if d else "")
+              + (f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n" if d else
+                 "drafter none: lookup is the draft source\n")
               + f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
               f"max {args.max_tokens} tokens, greedy\n", flush=True)
+
         def progress(s):
             print(f"\r  {s:<30}", end="", file=sys.stderr, flush=True)
 
-        res = run_bench(engine, prompts, args.draft_max, args.max_tokens, progress=progress)
-        print("\r", end="", file=sys.stderr)
-        res["memory"] = _peak_memory(engine)
-        print(format_table(res))
-        if constraint:
-            res["json_schema"] = run_bench(engine, prompts, args.draft_max, args.max_tokens, progress=progress,
-                                           grammar=constraint["grammar"])
+        results = {}
+        for title, group in groups.items():
+            res = results[title or "all"] = run_bench(engine, group, args.draft_max, args.max_tokens,
+                                                      progress=progress, specs=args.spec)
             print("\r", end="", file=sys.stderr)
-            print("\nconstrained to " + args.json_schema + ":\n" + format_table(res["json_schema"]) + "\n\n"
-                  + grammar_cost(res, res["json_schema"]))
-        m = res["memory"]
+            print((f"{title} ({len(group)} prompts):\n" if title else "") + format_table(res) + "\n")
+            if constraint:
+                res["json_schema"] = run_bench(engine, group, args.draft_max, args.max_tokens, progress=progress,
+                                               grammar=constraint["grammar"], specs=args.spec)
+                print("\r", end="", file=sys.stderr)
+                print("constrained to " + args.json_schema + ":\n" + format_table(res["json_schema"]) + "\n\n"
+                      + grammar_cost(res, res["json_schema"]))
+        m = _peak_memory(engine)
         if m["peak_rss_mib"]:
             print(f"\nmemory: peak {m['peak_rss_mib']:.0f} MiB resident; model files {m['files_mib']:.0f} MiB; "
                   f"beyond the mapped files {m['anon_mib']:.0f} MiB (KV cache, compute buffers, "
                   "weights repacked for the CPU, Python)")
         if args.json:
+            out = results["all"] if len(results) == 1 else results
+            out["memory"] = m
             with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(res, f, indent=2)
+                json.dump(out, f, indent=2)
     finally:
         engine.close()
     return 0

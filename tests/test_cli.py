@@ -48,7 +48,10 @@ def test_bench_json_side_by_side(tiny, tmp_path):
     assert "speed-up" in r.stdout and "identical" in r.stdout and "auto: one decode" in r.stdout
     res = json.loads(out.read_text())
     assert STATS_KEYS <= set(res["baseline"])
-    assert [m["draft_max"] for m in res["mtp"]] == ["auto", 1, 3]
+    assert [m["draft_max"] for m in res["mtp"] if m["spec"] == "mtp"] == ["auto", 1, 3]
+    assert [(m["spec"], m["mode"]) for m in res["mtp"] if m["spec"] != "mtp"] == [("lookup", "lookup"),
+                                                                                  ("auto", "hybrid")]
+    res["mtp"] = [m for m in res["mtp"] if m["spec"] == "mtp"]
     for m in res["mtp"]:
         assert STATS_KEYS <= set(m) and {"mean_draft_length", "undrafted_steps"} <= set(m)
         assert {"speedup", "identical", "near_ties", "prompts"} <= set(m)
@@ -95,19 +98,30 @@ def test_bench_aggregates_rates_from_sums():
     assert abs(d["draft_step_ms"] - 1e3 * 1.2 / 27) < 1e-9
 
 
-def test_bench_json_schema_on_the_model_alone(tiny, tmp_path):
-    """Without a drafter, --json-schema still measures what the schema costs (baseline rows);
-    without either, one line says what bench needs."""
+def test_bench_on_the_model_alone_compares_lookup_and_a_schema(tiny, tmp_path):
+    """Without a drafter, bench compares baseline with lookup drafting (which every model has),
+    and --json-schema measures what the schema costs."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "Hello world"}\n')
     schema = tmp_path / "s.json"
     schema.write_text('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}')
+    out = tmp_path / "b.json"
     r = tandem("bench", "--model", tiny["target"], "--prompts", prompts, "--max-tokens", "12",
-               "--json-schema", schema)
-    assert "with the JSON schema vs without" in r.stdout and "drafter" not in r.stdout.split("threads")[0]
+               "--json-schema", schema, "--json", out)
+    assert "with the JSON schema vs without" in r.stdout and "drafter none: lookup" in r.stdout
+    assert [m["mode"] for m in json.loads(out.read_text())["mtp"]] == ["lookup"]
     row = next(line for line in r.stdout.splitlines() if line.startswith("baseline") and line.endswith("-")
                and "x" in line.split()[-2])
     assert float(row.split()[-2].rstrip("x")) > 0
-    bare = subprocess.run([sys.executable, "-m", "app.main", "bench", "--model", str(tiny["target"])],
-                          capture_output=True, text=True, timeout=120)
-    assert bare.returncode == 2 and "--json-schema" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1
+
+
+def test_bench_edit_suite_rows_per_source(tiny, tmp_path):
+    out = tmp_path / "b.json"
+    r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--suite", "edits", "--max-tokens", "6",
+               "--draft-max", "3", "--ctx", "8192", "--json", out)
+    assert "code edits (4 prompts)" in r.stdout and "prose and explaining code (2 prompts)" in r.stdout
+    res = json.loads(out.read_text())
+    for group in ("code edits", "prose and explaining code"):
+        assert [(m["spec"], m["mode"]) for m in res[group]["mtp"]] == [("mtp", "mtp"), ("lookup", "lookup"),
+                                                                      ("auto", "hybrid")]
+        assert all(m["mismatches"] == 0 for m in res[group]["mtp"])

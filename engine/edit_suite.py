@@ -1,0 +1,35 @@
+"""`tandem bench --suite edits`: what lookup drafting is for. Completion-style prompts (raw
+text, so any model reads them, Gemma 3 270M included, whose PyPI file has no chat template):
+a source file of 100-300 lines, then "the same file, with ..." — a rename, type hints, a
+changed signature, a moved block — where most of the answer copies the file; and, as the
+control, prose and an explanation of code, where little is copied.
+
+The files are Tandem's own (they ship with it), so the suite needs nothing from outside.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+
+def _source(name: str) -> str:
+    return resources.files("engine").joinpath(name).read_text(encoding="utf-8")
+
+
+def _edit(path: str, change: str) -> dict:
+    code = _source(path)
+    return {"prompt": f"# file: engine/{path}\n{code}\n\n# The same file, {change}:\n# file: engine/{path}\n",
+            "raw": True, "kind": "edit"}
+
+
+def edit_prompts() -> list[dict]:
+    return [
+        _edit("sampling.py", "with the class SamplingParams renamed to SamplerSettings everywhere"),
+        _edit("strategies/speculative.py", "with type hints on every local variable"),
+        _edit("api_reply.py", "with StopStrings.feed taking a list of pieces instead of one string"),
+        _edit("stats.py", "with the footer method moved above k_label"),
+        {"prompt": "The history of the bicycle begins in the early nineteenth century, when", "raw": True,
+         "kind": "prose"},
+        {"prompt": "# file: engine/strategies/lookup.py\n" + _source("strategies/lookup.py")
+                   + "\n\nIn plain words, this code works as follows:", "raw": True, "kind": "explain"},
+    ]
