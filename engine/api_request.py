@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .generation import MAX_LOGPROBS, GenerationConfig, check_draft_length
+from .generation import AUTO, MAX_LOGPROBS, GenerationConfig, check_draft_length, check_spec
 from .sampling import SamplingParams
 from .tools import ToolError, calls_grammar, check_tools
 
@@ -33,6 +33,7 @@ class _Loose(BaseModel):
 class TandemOptions(_Loose):
     mtp: bool | None = None
     draft_max: int | str | None = None
+    spec: str | None = None  # draft sources: auto, mtp, lookup, none
 
 
 class ChatMessage(_Loose):
@@ -152,8 +153,12 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         k = check_draft_length(k)
     except ValueError as e:
         raise ApiError(400, f"tandem.draft_max: {e}", param="tandem.draft_max") from None
-    cfg = GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, draft_max=k, sampling=sp, seed=req.seed,
-                           logprobs=top, **fmt)
+    try:
+        spec = check_spec(t.spec if t.spec is not None else AUTO)
+    except ValueError as e:
+        raise ApiError(400, f"tandem.spec: {e}", param="tandem.spec") from None
+    cfg = GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, spec=spec, draft_max=k, sampling=sp,
+                           seed=req.seed, logprobs=top, **fmt)
     return replace(cfg, grammar=grammar) if grammar else cfg
 
 

@@ -3,9 +3,10 @@ sse-starlette), so editors (Continue, Zed, Aider, Cline) get MTP speed offline.
 
 Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions and /v1/completions
 (streaming and not). Responses carry `usage` and a llama-server-compatible `timings` object
-(with `draft_n` / `draft_n_accepted`), per chunk with `"timings_per_token": true`. A request
-may switch drafting with `"tandem": {"mtp": false}` or `{"draft_max": 3}`, which servers
-cannot do; Tandem's remote backend uses it to Compare against one server.
+(with `draft_n` / `draft_n_accepted`, and of them lookup's), per chunk with
+`"timings_per_token": true`. A request may switch drafting with `"tandem": {"mtp": false}`,
+`{"draft_max": 3}` or `{"spec": "lookup"}`, which servers cannot do; Tandem's remote backend
+uses it to Compare against one server.
 
 One engine, one generation at a time: requests wait in a bounded queue (503 when it is full);
 a client that goes away cancels its generation at once; the engine's prefix cache serves the
@@ -134,6 +135,8 @@ def _timings(stats) -> dict:
          "cache_n": stats.reused_tokens}
     if stats.draft_tokens > 0:  # as llama-server: only when drafts were made
         t.update(draft_n=stats.draft_tokens, draft_n_accepted=stats.accepted_tokens)
+        if stats.lookup_draft_tokens:  # Tandem's own: how many of them lookup proposed (and had accepted)
+            t.update(draft_n_lookup=stats.lookup_draft_tokens, draft_n_accepted_lookup=stats.lookup_accepted_tokens)
     return t
 
 

@@ -368,3 +368,21 @@ def test_invalid_utf8_and_an_oversize_chunked_body_get_openai_shaped_errors(serv
     big = httpx.post(server.url + "/chat/completions", content=body(), timeout=30,
                      headers={"Content-Type": "application/json"})
     assert big.status_code == 413 and set(big.json()["error"]) >= {"message", "type", "code"}, big.text
+
+
+def test_draft_sources_per_request_and_lookup_counts_in_timings(server):
+    """A reply that copies the prompt: lookup proposes it, timings say how much, and the text
+    is the same with every source."""
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 3
+    msgs = [{"role": "user", "content": text}]
+    out = {}
+    for spec in ("none", "mtp", "lookup", "auto"):
+        r = client(server).chat.completions.create(model="tiny-target", messages=msgs, max_tokens=40,
+                                                   extra_body={"tandem": {"spec": spec}})
+        out[spec] = (r.choices[0].message.content, r.model_extra["timings"])
+    assert len({text for text, _ in out.values()}) == 1
+    assert "draft_n" not in out["none"][1] and "draft_n_lookup" not in out["mtp"][1]
+    assert out["lookup"][1].get("draft_n_lookup", 0) == out["lookup"][1].get("draft_n", 0)
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
+        "messages": msgs, "max_tokens": 2, "tandem": {"spec": "telepathy"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec"

@@ -285,7 +285,7 @@ class RemoteBackend(Backend):
         if self.engine_name in ("llama-server", "tandem"):
             extra.update(timings_per_token=True, repeat_penalty=sp.repeat_penalty, cache_prompt=True)
         if self.engine_name == "tandem":  # what only Tandem's server does: drafting per request
-            extra["tandem"] = {"mtp": bool(config.use_mtp), "draft_max": config.draft_max}
+            extra["tandem"] = {"mtp": bool(config.use_mtp), "draft_max": config.draft_max, "spec": config.spec}
             self._draft_label = config.draft_max
         elif sp.repeat_penalty != 1.0:
             extra["repetition_penalty"] = sp.repeat_penalty
@@ -390,6 +390,8 @@ class RemoteBackend(Backend):
             # llama-server and tandem serve name draft_n only when they drafted: absent is zero
             stats.draft_tokens = int(timings.get("draft_n") or 0)
             stats.accepted_tokens = int(timings.get("draft_n_accepted") or 0)
+            stats.lookup_draft_tokens = int(timings.get("draft_n_lookup") or 0)  # tandem serve's
+            stats.lookup_accepted_tokens = int(timings.get("draft_n_accepted_lookup") or 0)
             stats.drafts_reported = True
         usage = chunk.usage
         if usage is not None:
