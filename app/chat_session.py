@@ -291,11 +291,11 @@ class ChatSession(QObject):
         return self.with_system(out)
 
     def reply_settings(self) -> ReplySettings:
-        """The app's generation settings with this chat's switches; MTP only where the loaded
-        model can switch it (a server that drafts decides for itself)."""
+        """The app's generation settings with this chat's switches; drafting only where the
+        loaded model can switch it (a server that drafts decides for itself)."""
         use_mtp, k, thinking = chat_options(self.chat_settings())
         info = self.model_info
-        can = bool(info and info.has_mtp and (not info.remote or info.can_switch_mtp))
+        can = bool(info and info.can_draft and (not info.remote or info.can_switch_mtp))
         return ReplySettings(**{key: self.settings[key] for key in GENERATION_KEYS}, use_mtp=use_mtp and can,
                              draft_max=k, thinking=thinking)
 
@@ -486,7 +486,7 @@ class ChatSession(QObject):
         info = self.model_info
         if not (info and info.remote and stats.get("drafts_reported")):
             return
-        info.has_mtp = stats.get("mode") == "mtp"
+        info.has_mtp = stats.get("mode") in ("mtp", "hybrid")
         info.mtp_reason = "" if info.has_mtp else f"{info.engine} reports no drafting"
         self.drafting_learned.emit()
 

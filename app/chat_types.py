@@ -60,11 +60,23 @@ class ModelInfo:
     audio: bool = False
     mmproj: str = ""
     media_note: str = ""  # why pictures and sounds are off, when they are
+    sources: list = field(default_factory=list)  # draft sources: "mtp" (the drafter), "lookup" (any local model)
 
     @property
     def has_baseline(self) -> bool:
         """Compare can run a baseline: locally with a drafter, remotely on tandem serve or a baseline server."""
-        return bool(self.baseline_server or self.can_switch_mtp) if self.remote else self.has_mtp
+        return bool(self.baseline_server or self.can_switch_mtp) if self.remote else self.can_draft
+
+    @property
+    def can_draft(self) -> bool:
+        """Drafting can be on: a drafter (MTP), or locally lookup, which every model has."""
+        return bool(self.sources) or self.has_mtp
+
+    @property
+    def sources_label(self) -> str:
+        """The drafting switch's text: which sources it turns on."""
+        names = {"mtp": "MTP", "lookup": "Lookup"}
+        return "MTP+lookup" if len(self.sources) == 2 else names[self.sources[0]] if self.sources else "MTP"
 
     @property
     def picker_key(self) -> str:

@@ -61,10 +61,15 @@ def mtp_switch_tip(info) -> str:
     if info is not None and info.remote and not info.can_switch_mtp:
         return (f"{info.engine} decides about drafting when it starts, not per request"
                 + (f": {info.mtp_reason}" if info.mtp_reason else ": it drafts"))
-    if info is not None and not info.has_mtp:
+    lookup = ("Lookup: where the answer repeats text already in the chat (a file being edited, a quoted "
+              "passage), that text is proposed and the model checks it all in one pass. ")
+    if info is not None and not info.can_draft:
         return f"MTP unavailable: {info.mtp_reason}"
+    if info is not None and "lookup" in info.sources and not info.has_mtp:
+        return lookup + f"Same answer, often faster. (No MTP: {info.mtp_reason}.)"
     return ("MTP: a small drafter guesses the next few words and the model checks them all in one pass. "
-            "Same answer, often faster. Help → How MTP works")
+            + (lookup if info is not None and "lookup" in info.sources else "")
+            + "Same answer, often faster. Help → How MTP works")
 
 
 COMPARE_NEEDS_BASELINE = ("Compare needs a baseline server: the same model served without a drafter (servers "

@@ -21,6 +21,7 @@ MD_FEATURES = QTextDocument.MarkdownFeature(
 
 DRAFTED_LIGHT, DRAFTED_DARK = "#b7ebc0", "#1f5a2a"
 TARGET_LIGHT, TARGET_DARK = "#ffe2b8", "#6b4a12"
+LOOKUP_LIGHT, LOOKUP_DARK = "#c9dcff", "#23406e"  # drafted by lookup (copied from the chat) and accepted
 
 
 # C0 control characters (but tab and newline) have no glyphs: looking for one in every
@@ -83,11 +84,13 @@ def render_origins(doc: QTextDocument, origins: list, dark: bool = False) -> Non
     """Plain text with each token tinted by where it came from."""
     drafted = DRAFTED_DARK if dark else DRAFTED_LIGHT
     target = TARGET_DARK if dark else TARGET_LIGHT
+    lookup = LOOKUP_DARK if dark else LOOKUP_LIGHT
     parts = []
-    for text, was_drafted in origins:
+    for text, origin in origins:  # origin: True (the drafter's), "lookup", False (the model's own), None
         t = html.escape(for_display(text)).replace("\n", "<br>")
-        if was_drafted is None:  # a server does not say which tokens its drafter wrote: no tint
+        if origin is None:  # a server does not say which tokens its drafter wrote: no tint
             parts.append(f"<span>{t}</span>")
         else:
-            parts.append(f'<span style="background:{drafted if was_drafted else target}">{t}</span>')
+            tint = lookup if origin == "lookup" else drafted if origin else target
+            parts.append(f'<span style="background:{tint}">{t}</span>')
     doc.setHtml('<p style="white-space:pre-wrap">' + "".join(parts) + "</p>")

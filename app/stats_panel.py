@@ -24,6 +24,18 @@ def _theme_colors() -> tuple[str, str]:
     return pal.base().color().name(), pal.text().color().name()
 
 
+DRAFTING_MODES = ("mtp", "lookup", "hybrid")  # the stats' mode when drafts were made (see engine.stats)
+
+
+def _lookup_share(s: dict) -> str:
+    """'40 % of the accepted drafts came from lookup': the sources' shares (hybrid replies)."""
+    acc = s.get("accepted_tokens") or 0
+    if s.get("mode") != "hybrid" or not acc:
+        return ""
+    return (f"{100 * (s.get('lookup_accepted_tokens') or 0) // acc} % of the accepted drafts came from lookup "
+            "(text copied from the chat), the rest from the MTP drafter")
+
+
 class _Plot(pg.PlotWidget):
     def __init__(self, title: str, left: str, bottom: str, parent=None):
         bg, fg = _theme_colors()
@@ -211,8 +223,8 @@ class StatsBar(QWidget):
         lab, _ = self.labels["k"]
         if s.get("draft_max") == SERVER_DRAFT:  # a server: its draft length was set when it started
             lab.setText("k: set by the server" if s.get("drafts_reported") else "drafts: not reported")
-        elif s.get("mode") != "mtp":
-            lab.setText("k: –" if s.get("mode") is None else "MTP off")
+        elif s.get("mode") not in DRAFTING_MODES:
+            lab.setText("k: –" if s.get("mode") is None else "drafting off")
         elif s.get("draft_max") != AUTO:
             lab.setText(f"k: {s.get('draft_max')}")
         elif s.get("engine") not in (None, "llama.cpp"):  # a server drafting with auto: its k is not reported
@@ -221,6 +233,7 @@ class StatsBar(QWidget):
             lab.setText("MTP paused: drafts not paying off")
         else:
             lab.setText(f"k auto (now {s.get('k_now', 0)})")
+        lab.setToolTip(_lookup_share(s))
 
     def _set(self, key, value):
         lab, title = self.labels[key]
@@ -254,6 +267,6 @@ class StatsBar(QWidget):
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only
-            self.chart.add("MTP" if s.get("mode") == "mtp" else "baseline", t, s["decode_tps"])
-        if s.get("mode") == "mtp":
+            self.chart.add("MTP" if s.get("mode") in DRAFTING_MODES else "baseline", t, s["decode_tps"])
+        if s.get("mode") in ("mtp", "hybrid"):
             self.bars.set_values(s.get("per_position_acceptance") or [])

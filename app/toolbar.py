@@ -44,10 +44,11 @@ class ChatToolbar(QWidget):
 
     def show_model(self, info, busy: bool) -> None:
         """Enable what the loaded model (an app.chat_types.ModelInfo, or None) allows."""
-        has_mtp = bool(info and info.has_mtp)
+        can_draft = bool(info and info.can_draft)
         fixed = bool(info and info.remote and not info.can_switch_mtp)  # the server decides, not each request
-        self.mtp_switch.setEnabled(has_mtp and not fixed)
-        self.draft_spin.setEnabled(has_mtp and not fixed and self.mtp_switch.isChecked())
+        self.mtp_switch.setText(info.sources_label if info else "MTP")
+        self.mtp_switch.setEnabled(can_draft and not fixed)
+        self.draft_spin.setEnabled(can_draft and not fixed and self.mtp_switch.isChecked())
         self.mtp_switch.setToolTip(help_text.mtp_switch_tip(info))
         can_compare = bool(info and info.has_baseline)
         self.compare_btn.setEnabled(can_compare and not busy)

@@ -207,7 +207,7 @@ class MessageWidget(QFrame):
             note = {"cancelled": " · stopped", "length": " · max tokens", "context": " · context full"}.get(reason, "")
             self.footer.setText(stats["footer"] + note)
             self.footer.show()
-        self.buttons["details"].setVisible(bool(stats and stats.get("mode") == "mtp"))
+        self.buttons["details"].setVisible(bool(stats and stats.get("mode") in ("mtp", "lookup", "hybrid")))
         self._show_continue()
 
     def set_version(self, version: int, versions: int) -> None:

@@ -100,9 +100,10 @@ class MainWindow(QMainWindow):
         tb.help_btn.clicked.connect(self.explain_mtp)
         tb.settings_btn.clicked.connect(self.open_settings)
         rl.addWidget(tb)
-        self.origin_legend = QLabel("Token origins: <span style='background:#b7ebc0; color:#1a1a1a'>&nbsp;drafted, "
-                                    "accepted&nbsp;</span> <span style='background:#ffe2b8; color:#1a1a1a'>&nbsp;model's "
-                                    "own&nbsp;</span>")
+        self.origin_legend = QLabel("Token origins: <span style='background:#b7ebc0; color:#1a1a1a'>&nbsp;drafted "
+                                    "(MTP), accepted&nbsp;</span> <span style='background:#c9dcff; color:#1a1a1a'>"
+                                    "&nbsp;copied (lookup), accepted&nbsp;</span> <span style='background:#ffe2b8; "
+                                    "color:#1a1a1a'>&nbsp;model's own&nbsp;</span>")
         self.origin_legend.hide()
         rl.addWidget(self.origin_legend)
         # said once per loaded model, where measurements show MTP cannot be faster here

@@ -107,7 +107,7 @@ class EngineWorker(QObject):
         return ModelInfo(
             target=str(rt.target_info.path), drafter=str(rt.drafter_info.path) if rt.drafter_info else "",
             target_name=rt.target_info.path.name, drafter_name=rt.drafter_info.path.name if rt.drafter_info else "",
-            n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason,
+            n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason, sources=e.spec_sources,
             vision=bool(p and p.vision), audio=bool(p and p.audio), mmproj=str(p.info.path) if p else "",
             media_note=media_note)
 
@@ -211,9 +211,10 @@ class EngineWorker(QObject):
                 answer.append(ev.answer)
                 thinking.append(ev.thinking)
                 for p in ev.pieces:
+                    origin = "lookup" if p.drafted and p.source == "lookup" else p.drafted
                     if p.channel == "answer":
-                        origins.append([p.text, p.drafted])
-                    pending.append([p.text, p.channel, p.drafted])
+                        origins.append([p.text, origin])
+                    pending.append([p.text, p.channel, origin])
                 if ev.answer or ev.thinking:
                     timeline.append([now - t0, ev.answer, ev.thinking])
                 if now - last_emit >= EMIT_INTERVAL_S or ev.finish_reason:
@@ -228,7 +229,7 @@ class EngineWorker(QObject):
             return
         result = ReplyResult("".join(answer), "".join(thinking), origins, timeline,
                              self._live(stats) if stats else {}, usual_tps)
-        if stats and stats.mode == "mtp" and e.kind == "local":
+        if stats and stats.mode in ("mtp", "hybrid") and e.kind == "local":
             self._mtp_limit(result)
         self.finished.emit(rid, result)
 

@@ -145,8 +145,8 @@ class GenerationStats:
         else:
             s = f"{name} k auto (mean {self.mean_draft_length:.1f}"
             s += (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
-        if self.mode == "hybrid" and self.accepted_tokens:
-            s += f", {self.lookup_accepted_tokens * 100 // self.accepted_tokens} % of accepted by lookup"
+        if self.mode == "hybrid" and self.lookup_accepted_tokens:
+            s += f", {self.lookup_accepted_tokens * 100 // self.accepted_tokens} % lookup"
         return s
 
     def footer(self) -> str:

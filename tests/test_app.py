@@ -60,10 +60,10 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     assert len(chunks) >= 2  # it streamed, coalesced
     assert sum(len(p) for p, _ in chunks) == 400  # every token arrived exactly once
     s = reply.stats
-    assert s["mode"] == "mtp" and s["draft_max"] == 3
+    assert s["mode"] == "hybrid" and s["draft_max"] == 3  # auto: the drafter and lookup
     assert s["decode_tps"] > 0 and s["ttft_s"] > 0 and 0 < s["acceptance_rate"] < 1
     assert 1 < s["mean_accepted_length"] <= 4
-    assert "tok/s" in reply.footer.text() and "MTP k=3" in reply.footer.text()
+    assert "tok/s" in reply.footer.text() and "MTP + lookup k=3" in reply.footer.text()
     assert reply.footer.text().startswith("400 tokens in ")  # how much and how long, not only how fast
     assert "tok/s:" in win.stats_bar.labels["decode"][0].text()
     assert win.stats_bar.labels["k"][0].text() == "k: 3"
@@ -74,7 +74,7 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
 
 def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
     first = send(qtbot, win, "a b c d e f g")
-    assert first.stats["mode"] == "mtp"
+    assert first.stats["mode"] == "hybrid"
     win.mtp_switch.setChecked(False)
     assert not win.draft_spin.isEnabled()
     win.session.regenerate()
@@ -91,12 +91,14 @@ def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
     assert win.store.conversation(win.session.conversation_id).settings["draft_max"] == 5
 
 
-def test_switch_disabled_without_drafter(qtbot, tmp_path, tiny):
+def test_without_a_drafter_the_switch_drafts_by_lookup(qtbot, tmp_path, tiny):
+    """Every model can draft by lookup: the switch says so and works; off, it is baseline."""
     w = make_window(qtbot, tmp_path, tiny["target"])
-    assert not w.mtp_switch.isEnabled()
-    assert "no drafter" in w.mtp_switch.toolTip()
-    reply = send(qtbot, w, "hi")
-    assert reply.stats["mode"] == "baseline"
+    assert w.mtp_switch.isEnabled() and w.mtp_switch.text() == "Lookup"
+    assert "no drafter" in w.mtp_switch.toolTip() and "Lookup" in w.mtp_switch.toolTip()
+    assert send(qtbot, w, "hi").stats["mode"] == "lookup"
+    w.mtp_switch.setChecked(False)
+    assert send(qtbot, w, "hi").stats["mode"] == "baseline"
     w.close()
 
 
@@ -109,7 +111,7 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     # the tiny model's runs take milliseconds: each was repeated, and the verdict uses medians
     assert len(page.run.runs["baseline"]) == len(page.run.runs["mtp"]) == 3
     assert "median of 3 runs each" in page.verdict.text() and "of 3 runs" in page.mtp.stats.text()
-    assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "mtp"
+    assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "hybrid"
     assert page.base.result.answer == page.mtp.result.answer != ""
     assert "identical output" in page.verdict.text()
     assert any(w in page.verdict.text() for w in ("faster", "About the same speed", "slower here"))
@@ -291,7 +293,7 @@ def test_export_markdown_and_json(qtbot, win):
     js = json.loads(win.store.export_json(win.session.conversation_id))
     assert "**You:**" in md and "export me" in md and "tok/s" in md
     assert [m["role"] for m in js["messages"]] == ["user", "assistant"]
-    assert js["messages"][1]["stats"]["mode"] == "mtp"
+    assert js["messages"][1]["stats"]["mode"] == "hybrid"
 
 
 def test_stopping_a_comparison_leaves_the_window_usable(qtbot, win):
@@ -375,7 +377,7 @@ def test_auto_draft_length_in_the_window(qtbot, win):
     reply = send(qtbot, win, "Hello world, this is a test")
     s = reply.stats
     assert s["draft_max"] == "auto" and s["mean_draft_length"] is not None
-    assert "MTP k auto" in reply.footer.text()
+    assert "MTP + lookup k auto" in reply.footer.text()
     k_text = win.stats_bar.labels["k"][0].text()
     assert k_text.startswith("k auto (now ") or k_text == "MTP paused: drafts not paying off"
 

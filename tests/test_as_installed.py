@@ -205,7 +205,7 @@ def test_a_failed_model_switch_keeps_the_loaded_model(qtbot, tmp_path, tiny, mon
         assert "gone.gguf" in shown[0]
         assert win.session.model_info.target == str(tiny["target"])
         assert win.picker.currentText().startswith("tiny-target")
-        assert send(qtbot, win, "still here?").stats["mode"] == "mtp"
+        assert send(qtbot, win, "still here?").stats["mode"] == "hybrid"
     finally:
         win.close()
 

@@ -195,7 +195,7 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
     win.input.setPlainText("hello")
     win.send()
     qtbot.waitUntil(lambda: not win.session.busy, timeout=20000)
-    assert win.chat_view.widgets()[-1].stats["mode"] == "mtp"
+    assert win.chat_view.widgets()[-1].stats["mode"] == "hybrid"
     win.close()
 
 

@@ -35,7 +35,7 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     win.composer.attach_files()
     assert [a.name for a in win.attach_bar.items] == ["photo.png"] and win.attach_bar.isVisible()
     reply = send(qtbot, win, "What is in this picture?")
-    assert reply.stats["mode"] == "mtp" and reply.stats["media_s"] > 0 and not win.attach_bar.items
+    assert reply.stats["mode"] == "hybrid" and reply.stats["media_s"] > 0 and not win.attach_bar.items
     assert "s reading media" in win.stats_bar.labels["prefill"][0].text()
     user = win.chat_view.widgets()[-2]
     assert len(_thumbs(user)) == 1 and not _thumbs(user)[0].pixmap().isNull()

@@ -97,7 +97,7 @@ def test_picker_switches_models_with_one_click(qtbot, tmp_path, tiny):
     win.picker.activated.emit(i)  # one click
     qtbot.waitUntil(lambda: win.session.model_info is not None and win.session.model_info.target == t, timeout=TIMEOUT)
     assert win.settings["target"] == t and win.picker.currentText().startswith("other pair")
-    assert send(qtbot, win, "hello").stats["mode"] == "mtp"
+    assert send(qtbot, win, "hello").stats["mode"] == "hybrid"
     opened = []
     win.picker.manage.disconnect()
     win.picker.manage.connect(lambda: opened.append(True))

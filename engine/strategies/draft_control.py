@@ -34,6 +34,7 @@ PROBE_FIRST, PROBE_MAX = 16, 128  # undrafted steps before a probe; doubles afte
 PAUSE_HALF_LIFE = 16  # paused steps over which old acceptance evidence loses another decay step
 STARVED = 0.5  # a batch that got less than this share of the usual CPU time ran beside something else
 OUTLIER, OUTLIER_RUN = 3.0, 3  # a sample 3x its size's median is a stall, unless 3 come in a row
+IMPLAUSIBLE = 4.0  # a batch of n rows measured above 4 x n decodes was a stall, not its cost
 REALITY_STEPS = 8  # drafted steps before what drafting achieves is checked against plain steps
 
 
@@ -90,13 +91,14 @@ class CostModel:
         self._forget_implausible()
 
     def _forget_implausible(self) -> None:
-        """A batch of n rows never costs more than n single decodes: a size whose median says
-        so was measured while the machine was busy (and, looking expensive, would never be
-        tried again to correct it). Forget it: it is guessed optimistically, tried, measured."""
+        """A batch of n rows costs at most a few times n single decodes (a model spilling to
+        system memory was measured at 1.5x): a size whose median says far more was measured
+        while the machine was busy (and, looking expensive, would never be tried again to
+        correct it). Forget it: it is guessed optimistically, tried, measured."""
         one = self._medians.get(1)
         if one is None:
             return
-        for n in [n for n, c in self._medians.items() if n > 1 and c > n * one * 1.2]:
+        for n in [n for n, c in self._medians.items() if n > 1 and c > IMPLAUSIBLE * n * one]:
             del self._medians[n]
             self.batch[n].clear()
 
