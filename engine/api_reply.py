@@ -101,11 +101,13 @@ class ChoiceReply:
         return {**self._entry(piece.id, lp.logprob), "top_logprobs": [self._entry(t, v) for t, v in lp.top]}
 
     def finish_reason(self) -> str:
-        if self.calls:
-            return "tool_calls"
+        """A reply cut by the token budget says "length" even after a call (as OpenAI does: the
+        client sees it was cut); otherwise calls say "tool_calls"."""
         if self.stopper.hit:
             return "stop"
-        return {"length": "length", "context": "length"}.get(self.stats.finish_reason, "stop")
+        if self.stats.finish_reason in ("length", "context"):
+            return "length"
+        return "tool_calls" if self.calls else "stop"
 
     # ---- OpenAI's shapes ----
     def message(self) -> dict:

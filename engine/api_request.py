@@ -204,8 +204,9 @@ def text_of(content, where: str = "content") -> str:
 
 def messages(req: ChatRequest) -> list[dict]:
     """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
-    arguments as objects (the template writes them in the model's syntax), tool answers."""
-    out = []
+    arguments as objects (the template writes them in the model's syntax), and each tool
+    answer tied to the call it answers (by id; it carries the call's function name)."""
+    out, calls = [], {}  # call id -> function name, from earlier assistant messages
     for i, m in enumerate(req.messages):
         role = "system" if m.role == "developer" else m.role  # OpenAI's newer name for it
         if role not in ("system", "user", "assistant", "tool"):
@@ -214,10 +215,13 @@ def messages(req: ChatRequest) -> list[dict]:
         msg = {"role": role, "content": text_of(m.content, f"messages[{i}].content")}
         if role == "assistant" and m.tool_calls:
             msg["tool_calls"] = [_earlier_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)]
+            calls.update((c["id"], c["function"]["name"]) for c in msg["tool_calls"])
         if role == "tool":
-            msg["tool_call_id"] = m.tool_call_id or ""
-            if m.name:
-                msg["name"] = m.name
+            if m.tool_call_id not in calls:
+                raise ApiError(400, f"messages[{i}].tool_call_id {str(m.tool_call_id)[:64]!r} answers no call made "
+                                    "before it (each tool message answers an assistant tool_calls entry by its id)",
+                               param=f"messages[{i}].tool_call_id")
+            msg["tool_call_id"], msg["name"] = m.tool_call_id, calls[m.tool_call_id]
         out.append(msg)
     return out
 
@@ -235,7 +239,10 @@ def _earlier_call(call, where: str) -> dict:
             raise ApiError(400, f"{where}.function.arguments is not valid JSON", param=where) from None
     if not isinstance(args, dict):
         raise ApiError(400, f"{where}.function.arguments must be a JSON object", param=where)
-    return {"id": str(call.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
+    if not isinstance(call.get("id"), str) or not call["id"]:
+        raise ApiError(400, f"{where}.id is missing: the tool message that answers the call names it",
+                       param=f"{where}.id")
+    return {"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
 @dataclass
@@ -258,12 +265,12 @@ def tool_use(req: ChatRequest, engine, thinking: bool) -> ToolUse:
         tools = check_tools(req.tools)
     except ToolError as e:
         raise ApiError(400, f"tools: {e}", param="tools") from None
+    if choice == "none":  # the tools are not shown to the model: any model will do
+        return ToolUse()
     template = getattr(engine, "template", None)
     if template is None or not template.supports_tools:
         raise ApiError(400, "this model's chat template has no tool calling (Gemma 4's has); leave tools out",
                        code="unsupported_parameter", param="tools")
-    if choice == "none":
-        return ToolUse()
     names = {t["function"]["name"] for t in tools}
     if choice == "auto":
         return ToolUse(tools, names, None, req.parallel_tool_calls)

@@ -1,7 +1,9 @@
 """Side-by-side benchmark: baseline and MTP (for each draft length) on the same prompts,
 in one run, with the same loaded models. Greedy, so outputs must match token for token;
 a difference is classified as a near-tie when the baseline's top-2 logit gap at the first
-differing token is below NEAR_TIE_GAP (batched and one-row decodes round differently).
+differing token is below NEAR_TIE_GAP, or below twice what llama.cpp's batched decode moves
+those logits from a one-row decode, measured there (its CPU kernels are not batch-invariant:
+see Engine.batch_noise_at). Anything else is a mismatch: a bug.
 """
 
 from __future__ import annotations
@@ -155,7 +157,9 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
             else:
                 j = next((n for n, (a, b) in enumerate(zip(r.tokens, ref)) if a != b), min(len(r.tokens), len(ref)))
                 margin = engine.next_token_margin(t, ref[:j]) if j < len(ref) else 0.0
-                if margin < NEAR_TIE_GAP:
+                # a near-tie: closer than the fixed gap, or than llama.cpp's batched kernels
+                # move these logits here (measured at this position: not a decoding error)
+                if margin < NEAR_TIE_GAP or margin < 2 * engine.batch_noise_at(t, ref[:j]):
                     agg.near_ties += 1
                 else:
                     agg.mismatches += 1

@@ -17,9 +17,12 @@ def _source(name: str) -> str:
 
 
 def _edit(path: str, change: str) -> dict:
+    """The file, then the request, then the new file's first line: the answer starts copying
+    (as a chat model's answer does once it has begun the file)."""
     code = _source(path)
-    return {"prompt": f"# file: engine/{path}\n{code}\n\n# The same file, {change}:\n# file: engine/{path}\n",
-            "raw": True, "kind": "edit"}
+    first = code.splitlines(keepends=True)[0]
+    return {"prompt": f"Here is engine/{path}:\n\n```python\n{code}```\n\nHere is the same file, {change}:"
+                      f"\n\n```python\n{first}", "raw": True, "kind": "edit"}
 
 
 def edit_prompts() -> list[dict]:
@@ -30,6 +33,6 @@ def edit_prompts() -> list[dict]:
         _edit("stats.py", "with the footer method moved above k_label"),
         {"prompt": "The history of the bicycle begins in the early nineteenth century, when", "raw": True,
          "kind": "prose"},
-        {"prompt": "# file: engine/strategies/lookup.py\n" + _source("strategies/lookup.py")
-                   + "\n\nIn plain words, this code works as follows:", "raw": True, "kind": "explain"},
+        {"prompt": "Here is engine/strategies/lookup.py:\n\n```python\n" + _source("strategies/lookup.py")
+                   + "```\n\nIn plain words, this code works as follows:", "raw": True, "kind": "explain"},
     ]

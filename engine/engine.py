@@ -670,6 +670,32 @@ class Engine(Backend):
         self._reset_cache()
         return float(top[-1] - top[-2])
 
+    def batch_noise_at(self, prompt: list[int], generated: list[int], max_rows: int = 9) -> float:
+        """How far llama.cpp's batched decode (a verify of 2..max_rows rows) moves the logits of
+        the token after prompt+generated from a one-row decode. llama.cpp's CPU kernels are not
+        batch-invariant (quantized matrix products and flash attention take other paths for
+        other batch sizes): on Gemma 3 270M Q4_K_M this reaches 0.8 logits at 2k tokens, so a
+        greedy choice with a smaller margin than this may differ between decoding one token
+        at a time and verifying drafts, whatever drafts them (llama.cpp's own speculative
+        decoding too)."""
+        tgt = self.rt.target
+        seq = list(prompt) + list(generated)
+        self._reset_cache()
+        tgt.set_hidden_output(False)
+        head = seq[:-1]
+        for i in range(0, len(head), tgt.n_batch):
+            tgt.decode(head[i:i + tgt.n_batch], i, outputs="none")
+        n = len(head)
+        tgt.decode([seq[-1]], n, outputs="last")
+        single = tgt.logits(0).copy()
+        worst = 0.0
+        for rows in range(2, max_rows + 1):
+            tgt.truncate(n)
+            tgt.decode([seq[-1]] + [seq[-1]] * (rows - 1), n, outputs="all")
+            worst = max(worst, float(np.max(np.abs(tgt.logits_rows(rows)[0] - single))))
+        self._reset_cache()
+        return worst
+
 
 class _Cancelled(Exception):
     pass

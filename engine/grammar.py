@@ -100,8 +100,10 @@ def schema_to_gbnf(schema) -> str:
         gbnf = json_schema_to_gbnf(text)
     except RecursionError:
         raise GrammarError("the JSON schema refers to itself too deeply") from None
-    except Exception as e:  # the converter's own complaints (unknown types, bad patterns, ...)
-        raise GrammarError(f"the JSON schema cannot be used: {type(e).__name__}: {e}"[:300]) from None
+    except AssertionError as e:  # the converter's way of saying "Unrecognized schema: {...}"
+        raise GrammarError(f"the JSON schema has a part Tandem cannot read: {str(e).split(': ', 1)[-1]}"[:300]) from None
+    except Exception as e:  # the converter's own complaints (bad patterns, ...)
+        raise GrammarError(f"the JSON schema cannot be used: {e}"[:300]) from None
     if len(gbnf) > MAX_GRAMMAR_BYTES:
         raise GrammarError("the JSON schema makes a grammar too large to use")
     # the port's string characters let control characters through unescaped, which no JSON

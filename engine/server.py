@@ -91,6 +91,11 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body, replayed = b"".join(chunks), False
+        headers = dict(scope.get("headers") or [])
+        if body.lstrip()[:1] == b"{" and b"json" not in headers.get(b"content-type", b""):
+            # `curl -d '{...}'` says form data; the body is JSON, as llama-server reads it too
+            headers[b"content-type"] = b"application/json"
+            scope = {**scope, "headers": list(headers.items())}
 
         async def replay():
             nonlocal replayed
@@ -162,8 +167,9 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", [])[1:]) or "body"
-        what = "the body is not valid JSON" if first.get("type") == "json_invalid" else first.get("msg", "invalid")
+        bad_json = first.get("type") == "json_invalid"
+        where = "body" if bad_json else ".".join(str(x) for x in first.get("loc", [])[1:]) or "body"
+        what = "the body is not valid JSON" if bad_json else first.get("msg", "invalid")
         return _error(400, f"Invalid request: {where}: {what}", param=where if where != "body" else None)
 
     @app.exception_handler(ApiError)
@@ -173,7 +179,10 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: OpenAI's shape too
         what = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=what)
+        detail = exc.detail
+        if detail == "There was an error parsing the body":  # FastAPI's words for JSON too deep to read
+            detail = "the body is not JSON that can be read (malformed, or nested too deeply)"
+        return _error(exc.status_code, f"{request.method} {request.url.path}: {detail}", code=what)
 
     @app.get("/health")
     async def health():

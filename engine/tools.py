@@ -69,10 +69,14 @@ def check_tools(tools) -> list[dict]:
         if name in seen:
             raise ToolError(f"two tools are named {name!r}")
         seen.add(name)
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema of type 'object'")
         _depth(params, f"tools[{i}].function.parameters")
+        try:
+            _SchemaGrammar(params).value({**params, "type": "object"})  # a schema no call can be written for
+        except ToolError as e:
+            raise ToolError(f"tools[{i}] ({name}): {e}") from None
         desc = fn.get("description", "")
         out.append({"type": "function", "function": {"name": name, "description": desc if isinstance(desc, str) else "",
                                                      "parameters": params}})
@@ -279,8 +283,8 @@ class _SchemaGrammar:
     minItems/maxItems) and local $refs (recursive ones too). Keywords it cannot express (patterns, lengths, bounds) are
     left to the tool to check, as a tool must check its arguments anyway."""
 
-    def __init__(self, root: dict):
-        self.root, self.rules, self.n = root, dict(GENERIC), 0
+    def __init__(self, root: dict, prefix: str = ""):
+        self.root, self.rules, self.n, self.prefix = root, dict(GENERIC), 0, prefix  # prefix: one tool's $refs
 
     def add(self, body: str, name: str = "") -> str:
         name = name or f"r{self.n}"
@@ -297,10 +301,13 @@ class _SchemaGrammar:
 
     def ref(self, ref: str, depth: int) -> str:
         m = re.match(r"^#/(\$defs|definitions)/([A-Za-z0-9_.\-]{1,64})$", ref)
-        target = (self.root.get(m.group(1)) or {}).get(m.group(2)) if m else None
+        if not m:
+            raise ToolError(f"the parameter schema refers to {ref[:80]!r}: only local references "
+                            "(#/$defs/NAME) are used")
+        target = (self.root.get(m.group(1)) or {}).get(m.group(2))
         if not isinstance(target, dict):
             raise ToolError(f"the parameter schema refers to {ref[:80]!r}, which it does not define")
-        name = "ref-" + re.sub(r"[^A-Za-z0-9]", "-", m.group(2))
+        name = f"ref-{self.prefix}" + re.sub(r"[^A-Za-z0-9]", "-", m.group(2))
         if name not in self.rules:
             self.rules[name] = "g-value"  # placeholder: a recursive reference finds the rule
             self.rules[name] = self.value(target, depth + 1)
@@ -325,6 +332,8 @@ class _SchemaGrammar:
             return "( " + " | ".join(self.value({**s, "type": x}, depth + 1) for x in t) + " )"
         if t == "object" or (t is None and isinstance(s.get("properties"), dict)):
             return self.obj(s, depth)
+        if t is not None and t not in ("array", "string", "number", "integer", "boolean", "null"):
+            raise ToolError(f"the parameter schema has type {str(t)[:40]!r}, which JSON schema does not know")
         if t == "array":
             item = self.value(s.get("items"), depth + 1) if isinstance(s.get("items"), dict) else "g-value"
             lo, hi = s.get("minItems", 0), s.get("maxItems")
@@ -339,7 +348,10 @@ class _SchemaGrammar:
     def obj(self, s: dict, depth: int) -> str:
         props = s.get("properties")
         if not isinstance(props, dict) or not props:
-            return "g-object" if s.get("additionalProperties") is not False else self.add('"{" "}"')
+            # no properties declared: a function without arguments is called with {} (any
+            # object only when the schema asks for additional properties explicitly)
+            extra = s.get("additionalProperties")
+            return "g-object" if extra is True or isinstance(extra, dict) else self.add('"{" "}"')
         required = [k for k in props if k in (s.get("required") or [])]
         optional = [k for k in props if k not in required]
         kv = {}
@@ -365,9 +377,9 @@ def calls_grammar(tools: list[dict], name: str | None = None, parallel: bool = T
         raise ToolError(f"tool_choice names {name!r}, which is not among the tools")
     g = _SchemaGrammar({})
     alts = []
-    for fn in fns:
-        g.root = fn.get("parameters") or {}
-        args = g.value({**g.root, "type": "object"} if "type" not in g.root else g.root)
+    for i, fn in enumerate(fns):
+        g.root, g.prefix = fn.get("parameters") or {}, f"t{i}-"
+        args = g.value({**g.root, "type": "object"})
         alts.append(g.add(f'{_lit(fn["name"])} {args}'))
     g.rules["call"] = f'{CALL_OPEN} "call:" ( {" | ".join(alts)} ) {CALL_CLOSE}'
     g.rules["thought"] = f"{CHANNEL_OPEN} (!{CHANNEL_CLOSE})* {CHANNEL_CLOSE}"

@@ -139,7 +139,7 @@ def test_auto_returns_what_the_model_wrote_and_none_renders_no_tools(server):
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "a:b": {"type": "string"}}}}}], "tool_choice": "required"}, "tool_choice"),
+        "a:b": {"type": "string"}}}}}], "tool_choice": "required"}, "tools"),
     ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": ASK + [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{not json"}}]}]},
@@ -269,8 +269,8 @@ def test_declarations_and_choices_are_checked():
     recursive = [{"type": "function", "function": {"name": "tree", "parameters": {
         "type": "object", "properties": {"node": {"$ref": "#/$defs/N"}},
         "$defs": {"N": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}}}}}}}]
-    assert "ref-N ::=" in calls_grammar(check_tools(recursive))
-    with pytest.raises(ToolError, match="does not define"):
+    assert "ref-t0-N ::=" in calls_grammar(check_tools(recursive))
+    with pytest.raises(ToolError, match="only local references"):
         calls_grammar(check_tools([{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}}}]))
 
@@ -297,3 +297,73 @@ def test_tool_text_from_outside_never_becomes_a_control_token(gemma4_tools):
         assert len(turns) == 2  # the system turn and the user's: none from the hostile text
     finally:
         e.close()
+
+
+# ---- from a new user's walk: each failed before its fix --------------------------------------
+def test_a_function_without_arguments_is_called_with_an_empty_object(server):
+    for params in ({"type": "object", "properties": {}}, None):
+        fn = {"name": "refresh", "description": "Refresh the view"}
+        if params is not None:
+            fn["parameters"] = params
+        r = client(server).chat.completions.create(model=model(server), messages=ASK, max_tokens=20,
+                                                   tools=[{"type": "function", "function": fn}], tool_choice="required",
+                                                   parallel_tool_calls=False)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.tool_calls[0].function.arguments == "{}", ch
+
+
+def test_a_reply_cut_by_the_budget_says_length_even_after_a_call():
+    """A complete call, then the budget cuts the next one: the client must see "length" (the
+    reply was cut), not "tool_calls" as if the model had finished; the cut call stays text."""
+    from engine.api_reply import ChoiceReply
+    from engine.generation import GenerationEvent
+    from engine.stats import GenerationStats
+    from engine.text import TokenPiece
+
+    def ev(parts, finish=None):
+        stats = GenerationStats(finish_reason=finish)
+        pieces = [TokenPiece(0, "" if m else t, False, "control" if m else "answer", m) for t, m in parts]
+        return GenerationEvent(pieces, "", "", stats, finish)
+
+    call = [("", "<|tool_call>"), ("call:get_weather{city:", ""), ("", '<|"|>'), ("Oslo", ""), ("", '<|"|>'),
+            ("}", ""), ("", "<tool_call|>")]
+    for finish, want in (("length", "length"), ("stop", "tool_calls")):
+        r = ChoiceReply("chat", [], lambda t: b"", tool_names={"get_weather"})
+        r.feed(ev(call))
+        r.feed(ev([("", "<|tool_call>"), ("call:get_wea", "")] if finish == "length" else [], finish))
+        assert r.finish_reason() == want and [c.arguments for c in r.calls] == [{"city": "Oslo"}]
+        assert (r.message()["message"]["content"] or "") == ("<|tool_call>call:get_wea" if finish == "length" else "")
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "frob"}}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"$ref": "#/$defs/missing"}}}}}]}, "tools"),
+    ({"messages": ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]}, "messages[1].tool_calls[0].id"),
+    ({"messages": ASK + [{"role": "tool", "content": "sunny"}]}, "messages[1].tool_call_id"),
+    ({"messages": ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "sunny"}]}, "messages[2].tool_call_id"),
+])
+def test_tool_declarations_and_history_that_cannot_be_used_name_the_field(server, extra, param):
+    import httpx2 as httpx
+
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30,
+                   json={"model": model(server), "messages": ASK, "max_tokens": 4, "tool_choice": "required",
+                         "tools": TOOLS, **extra})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+    assert "template failed" not in r.json()["error"]["message"]
+
+
+def test_curl_without_a_content_type_and_malformed_json(server):
+    import httpx2 as httpx
+
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30, content=json.dumps(
+        {"messages": ASK, "max_tokens": 2}).encode(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200, r.text
+    bad = httpx.post(f"{server.url}/chat/completions", timeout=30, content=b'{"messages":[',
+                     headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] is None
