@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft sources to compare with baseline (default: mtp if a drafter is loaded, lookup, "
                         "and auto, which chooses between them every step)")
     b.add_argument("--suite", choices=["default", "edits"], default="default",
-                   help="built-in prompts: a mix (default), or code edits and prose (what lookup speeds up)")
+                   help="built-in prompts: a mix (default), or code edits and prose (what lookup speeds up; "
+                        "its files need a context of at least 16384 tokens, which it takes)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     b.add_argument("--json-schema", metavar="FILE", help="also run every prompt constrained to this JSON schema, "
                    "and compare (what constrained decoding costs)")
@@ -340,6 +341,7 @@ def cmd_bench(args) -> int:
         prompts = edit_prompts()
         groups = {"code edits": [p for p in prompts if p["kind"] == "edit"],
                   "prose and explaining code": [p for p in prompts if p["kind"] != "edit"]}
+        args.ctx = max(args.ctx, 16384)  # a 170-line file twice, and the answer (small vocabularies: 8k tokens)
     else:
         prompts = load_prompts(args.prompts)
         groups = {"": prompts}

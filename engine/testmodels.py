@@ -104,7 +104,7 @@ class SynthConfig:
     shared_kv_layers: int = 2
     ple_width: int = 8
     softcap: float = 30.0
-    n_ctx_train: int = 8192
+    n_ctx_train: int = 32768  # room for the bench suite of code edits (a file twice, char-level tokens)
     drafter_embd: int = 32
     drafter_ff: int = 64
     drafter_head: int = 4

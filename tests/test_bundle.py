@@ -21,7 +21,7 @@ def test_linux_bundle_builds_and_answers():
                        timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "smoke test: reply of" in out and "tok/s" in out and "MTP k auto" in out
+    assert "smoke test: reply of" in out and "tok/s" in out and "MTP + lookup k auto" in out  # auto: both sources
     share = ROOT / "dist" / "Tandem" / "share"
     assert (share / "applications" / "io.github.tandem_chat.Tandem.desktop").exists()
     assert (share / "icons" / "hicolor" / "256x256" / "apps" / "io.github.tandem_chat.Tandem.png").exists()

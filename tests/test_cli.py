@@ -118,7 +118,7 @@ def test_bench_on_the_model_alone_compares_lookup_and_a_schema(tiny, tmp_path):
 def test_bench_edit_suite_rows_per_source(tiny, tmp_path):
     out = tmp_path / "b.json"
     r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--suite", "edits", "--max-tokens", "6",
-               "--draft-max", "3", "--ctx", "8192", "--json", out)
+               "--draft-max", "3", "--json", out)
     assert "code edits (4 prompts)" in r.stdout and "prose and explaining code (2 prompts)" in r.stdout
     res = json.loads(out.read_text())
     for group in ("code edits", "prose and explaining code"):

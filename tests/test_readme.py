@@ -40,6 +40,9 @@ ELSEWHERE = {
     "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/test_remote.py)",
     "apt-get install": "Debian's packages for Xvfb",
     "xvfb-run": "the screenshots script (a developer tool; the window itself: tests/test_app.py)",
+    ".venv/bin/python scripts/bench_edits.py": "the lookup benchmark against llama.cpp's n-gram drafting (it builds "
+                                               "llama-speculative-simple, minutes; its Tandem half is bench --suite "
+                                               "edits, run above)",
 }
 
 
@@ -164,12 +167,14 @@ def _use(place, cmd):
         assert r.stdout.startswith("tandem ")
     elif "make-test-models" in c:
         assert (w / "models" / "tiny-target.gguf").exists() and (w / "models" / "tiny-drafter-a0.8.gguf").exists()
+    elif "--suite edits" in c:
+        assert "code edits (4 prompts)" in r.stdout and "lookup" in r.stdout
     elif " bench " in c:
         assert "speed-up" in r.stdout and json.loads((w / "bench.json").read_text())["mtp"]
     elif "--json" in c:
         out = json.loads(r.stdout)
         assert out["text"] and out["finish_reason"] in ("stop", "length")
-        assert out["stats"]["mode"] == ("baseline" if "--no-mtp" in c else "mtp")
+        assert out["stats"]["mode"] == ("baseline" if "--no-mtp" in c else "hybrid")  # auto: MTP and lookup
     else:
         assert r.stdout.strip() and "tok/s" in r.stderr
 
@@ -181,6 +186,8 @@ USE = [
     '.venv/bin/tandem generate --model models/tiny-target.gguf --drafter models/tiny-drafter-a0.8.gguf "Hello"',
     '.venv/bin/tandem generate -m T.gguf -d D.gguf --no-mtp --json "Hello"',
     ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json",
+    '.venv/bin/tandem generate -m T.gguf --spec lookup "Hello"',
+    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3",
     '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"',
 ]
 MODELS = [
