@@ -20,6 +20,7 @@ class NgramIndex:
         self.n_min, self.n_max = n_min, n_max
         self.after: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
         self.indexed = 0  # n-grams ending before this position are in the index
+        self._last: tuple[int, int] | None = None  # (where the last proposal was copied from, length then)
 
     def _catch_up(self, tokens: list[int], end: int) -> None:
         """Index the n-grams ending at positions indexed..end-1 (each maps to the position after it)."""
@@ -35,10 +36,27 @@ class NgramIndex:
         if max_len <= 0 or len(tokens) < self.n_min + 1:
             return []
         self._catch_up(tokens, len(tokens) - 1)  # every n-gram but the ones ending at the last token
+        start = self._following(tokens)
         for n in range(min(self.n_max, len(tokens)), self.n_min - 1, -1):
+            if start is not None:
+                break
             start = self.after[n].get(tuple(tokens[-n:]))
-            if start is not None and start < len(tokens):
-                run = tokens[start:start + max_len]
-                cut = next((i for i, t in enumerate(run) if t < 0), len(run))  # never a picture's positions
-                return run[:cut]
-        return []
+        if start is None or start >= len(tokens):
+            self._last = None
+            return []
+        self._last = (start, len(tokens))
+        run = tokens[start:start + max_len]
+        cut = next((i for i, t in enumerate(run) if t < 0), len(run))  # never a picture's positions
+        return run[:cut]
+
+    def _following(self, tokens: list[int]) -> int | None:
+        """Where the text is still being copied from: if every token since the last proposal
+        matched its source, the copy goes on there (the latest occurrence of the last few
+        tokens may be another line that starts alike, as code's lines often do)."""
+        if self._last is None:
+            return None
+        start, then = self._last
+        new = len(tokens) - then
+        if new <= 0 or start + new >= then or tokens[then:] != tokens[start:start + new]:
+            return None
+        return start + new
