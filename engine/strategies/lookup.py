@@ -21,6 +21,7 @@ class NgramIndex:
         self.after: dict[int, dict[tuple, int]] = {n: {} for n in range(n_min, n_max + 1)}
         self.indexed = 0  # n-grams ending before this position are in the index
         self._last: tuple[int, int] | None = None  # (where the last proposal was copied from, length then)
+        self.following = False  # the last proposal went on with a copy that has held (see _following)
 
     def _catch_up(self, tokens: list[int], end: int) -> None:
         """Index the n-grams ending at positions indexed..end-1 (each maps to the position after it)."""
@@ -37,6 +38,7 @@ class NgramIndex:
             return []
         self._catch_up(tokens, len(tokens) - 1)  # every n-gram but the ones ending at the last token
         start = self._following(tokens)
+        self.following = start is not None
         for n in range(min(self.n_max, len(tokens)), self.n_min - 1, -1):
             if start is not None:
                 break

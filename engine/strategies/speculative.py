@@ -48,7 +48,8 @@ class Speculative(DecodeStrategy):
         self.name = "hybrid" if self.use_mtp and self.use_lookup else sources[0]
         self.needs_drafter = self.use_mtp
         self.controller: DraftController | None = None  # MTP's
-        self.lookup_controller: DraftController | None = None
+        self.lookup_controller: DraftController | None = None  # of fresh matches
+        self.follow_controller: DraftController | None = None  # of copies that have held: longer runs pay
         self.index: NgramIndex | None = None
 
     @property
@@ -64,6 +65,8 @@ class Speculative(DecodeStrategy):
             self.index = NgramIndex()
             if self.adaptive:
                 self.lookup_controller = DraftController(st.costs, MAX_RUN, carry_key="lookup", free_drafts=True)
+                self.follow_controller = DraftController(st.costs, MAX_RUN, carry_key="lookup-follow",
+                                                         free_drafts=True)
 
     def _choose(self, st: DecodeState, limit: int, proposal: list[int]) -> tuple[str, int]:
         """(source, length) for this step; ("", 0) is a plain step."""
@@ -71,11 +74,12 @@ class Speculative(DecodeStrategy):
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
             return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
+        look = self._lookup_controller()
         k_m = self.controller.choose(limit) if self.controller is not None else 0
-        k_l = self.lookup_controller.choose(len(proposal)) if proposal else 0
+        k_l = look.choose(len(proposal)) if proposal else 0
         if k_l and k_m and st.costs.ready(need_draft=True):
             r_m = self.controller.expected_rates(k_m)[k_m]
-            r_l = self.lookup_controller.expected_rates(k_l)[k_l]
+            r_l = look.expected_rates(k_l)[k_l]
             return ("lookup", k_l) if r_l >= r_m else ("mtp", k_m)
         if k_l:
             return "lookup", k_l
@@ -109,12 +113,21 @@ class Speculative(DecodeStrategy):
         else:
             s.count_positions(k, n_acc)
         # each source learns from its own drafts; a plain step is every source's yardstick
-        for ctl, mine in ((self.controller, source == "mtp"), (self.lookup_controller, source == "lookup")):
+        look = self._lookup_controller()
+        for ctl, mine in ((self.controller, source == "mtp"), (look, source == "lookup")):
             if ctl is not None and (mine or k == 0):
                 ctl.observe(k, n_acc, seconds)
         if self.controller is not None:
             s.paused = self.controller.paused and source != "lookup"
         return Step(new, [True] * n_acc + [False], source if k else "")
+
+
+    def _lookup_controller(self) -> DraftController | None:
+        """Lookup's acceptance differs by kind of proposal: a copy that has held goes on being
+        accepted far more often than a fresh match of a few tokens, so each has its own."""
+        if self.index is not None and self.index.following and self.follow_controller is not None:
+            return self.follow_controller
+        return self.lookup_controller
 
 
 def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: bool) -> tuple[int, list[int]]:
