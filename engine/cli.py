@@ -336,11 +336,10 @@ def cmd_bench(args) -> int:
         return _bench_remote(args)
     constraint = _constraint(args)
     if args.suite == "edits" and not args.prompts:
-        from .edit_suite import edit_prompts
+        from .edit_suite import edit_groups
 
-        prompts = edit_prompts()
-        groups = {"code edits": [p for p in prompts if p["kind"] == "edit"],
-                  "prose and explaining code": [p for p in prompts if p["kind"] != "edit"]}
+        groups = edit_groups()
+        prompts = [p for group in groups.values() for p in group]
         args.ctx = max(args.ctx, 16384)  # a 170-line file twice, and the answer (small vocabularies: 8k tokens)
     else:
         prompts = load_prompts(args.prompts)

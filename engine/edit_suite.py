@@ -36,3 +36,10 @@ def edit_prompts() -> list[dict]:
         {"prompt": "Here is engine/strategies/lookup.py:\n\n```python\n" + _source("strategies/lookup.py")
                    + "```\n\nIn plain words, this code works as follows:", "raw": True, "kind": "explain"},
     ]
+
+
+def edit_groups() -> dict[str, list[dict]]:
+    """The suite as bench reports it: the code edits, then the control group."""
+    prompts = edit_prompts()
+    return {"code edits": [p for p in prompts if p["kind"] == "edit"],
+            "prose and explaining code": [p for p in prompts if p["kind"] != "edit"]}

@@ -141,14 +141,10 @@ class Grammar:
         only what top-k sampling needs is exact: the k best allowed tokens are kept (found among
         the best PREFILTER when there are k there, as `best` does) and the rest may be -inf."""
         if 0 < top_k <= PREFILTER < self.n_vocab:
-            ids = np.argpartition(-logits[:self.n_vocab], PREFILTER - 1)[:PREFILTER]
-            rows = self._all[:PREFILTER].copy()
-            rows["id"], rows["logit"] = ids, logits[ids]
-            self._apply(rows.ctypes.data, PREFILTER)
-            ok = np.isfinite(rows["logit"])
-            if ok.sum() >= top_k:
+            ids, kept = self._best_allowed(logits)
+            if len(ids) >= top_k:
                 out = np.full_like(logits, -np.inf, dtype=np.float32)
-                out[rows["id"][ok]] = rows["logit"][ok]
+                out[ids] = kept
                 return out
         rows = self._all
         rows["logit"] = logits[:self.n_vocab]
@@ -167,15 +163,20 @@ class Grammar:
         tok = int(np.argmax(logits[:self.n_vocab]))
         if self.allows(tok):
             return tok
+        ids, kept = self._best_allowed(logits)
+        if len(ids):
+            return int(ids[np.argmax(kept)])
+        return int(np.argmax(self.constrain(logits))) if full else -1
+
+    def _best_allowed(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the best PREFILTER tokens (by logit), those the grammar allows now: (ids, logits)."""
         n = min(PREFILTER, self.n_vocab)
         ids = np.argpartition(-logits[:self.n_vocab], n - 1)[:n]
         rows = self._all[:n].copy()
         rows["id"], rows["logit"] = ids, logits[ids]
         self._apply(rows.ctypes.data, n)
         ok = np.isfinite(rows["logit"])
-        if ok.any():
-            return int(rows["id"][ok][np.argmax(rows["logit"][ok])])
-        return int(np.argmax(self.constrain(logits))) if full else -1
+        return rows["id"][ok], rows["logit"][ok]
 
     def clone(self) -> "Grammar":
         """An independent copy in the same state (to draft ahead without moving this one)."""

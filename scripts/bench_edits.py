@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.bench import run_bench  # noqa: E402
-from engine.edit_suite import edit_prompts  # noqa: E402
+from engine.edit_suite import edit_groups  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.runtime import LoadOptions  # noqa: E402
 
@@ -66,9 +66,7 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=8192)
     args = ap.parse_args()
 
-    prompts = edit_prompts()
-    groups = {"code edits": [p for p in prompts if p["kind"] == "edit"],
-              "prose and explaining code": [p for p in prompts if p["kind"] != "edit"]}
+    groups = edit_groups()
     engine = Engine.load(args.model, args.drafter, LoadOptions(n_ctx=args.ctx, n_threads=args.threads,
                                                               n_batch=args.ctx))
     specs = ["lookup"] + (["mtp", "auto"] if args.drafter else [])
