@@ -4,7 +4,9 @@ a source file of 100-300 lines, then "the same file, with ..." — a rename, typ
 changed signature, a moved block — where most of the answer copies the file; and, as the
 control, prose and an explanation of code, where little is copied.
 
-The files are Tandem's own (they ship with it), so the suite needs nothing from outside.
+The files are Tandem's own, frozen as they were when the suite was written
+(resources/prompts/edit_files/: the engine's code changes, the benchmark's prompts must not),
+so the suite needs nothing from outside and its numbers compare across versions.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 from importlib import resources
 
 
-def _source(name: str) -> str:
-    return resources.files("engine").joinpath(name).read_text(encoding="utf-8")
+def _source(path: str) -> str:
+    name = path.rsplit("/", 1)[-1] + ".txt"
+    return resources.files("resources").joinpath("prompts/edit_files", name).read_text(encoding="utf-8")
 
 
 def _edit(path: str, change: str) -> dict:
