@@ -24,7 +24,7 @@ from .models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_i
 from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
-MAX_OUTPUTS = MAX_DRAFT + 1  # logits rows per batch: a verify of the longest draft
+MAX_OUTPUTS = 48  # logits rows per batch: a verify of the longest draft (lookup's, MAX_RUN)
 # llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
 # for; below 256 a "context" cannot hold a chat template and a reply anyway.
 CTX_STEP = 256
@@ -200,8 +200,9 @@ def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
     p.swa_full = False
     p.embeddings = False
     p.no_perf = True
-    # At most MAX_OUTPUTS logits rows per batch (a verify step needs draft_max + 1). llama.cpp
-    # otherwise reserves logits for a whole ubatch: 512 x 262k floats = 512 MiB for Gemma.
+    # At most MAX_OUTPUTS logits rows per batch (a verify step needs its drafts + 1): 48 MiB of
+    # logits for Gemma's 262k vocabulary. llama.cpp otherwise reserves logits for a whole
+    # ubatch: 512 x 262k floats = 512 MiB.
     p.n_outputs_max = MAX_OUTPUTS
     return p
 

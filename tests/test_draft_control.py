@@ -195,3 +195,18 @@ def test_costs_that_promise_too_much_are_checked_against_what_drafting_achieves(
 
     trusting, checked = run(False), run(True)
     assert trusting > 1.5 and checked < 0.4 * trusting, (trusting, checked)
+
+
+def test_chooses_only_among_the_lengths_it_is_given():
+    """Lookup's controller picks among a few lengths (each must be measured before it is known):
+    the best of those, or the whole proposal when that is shorter."""
+    costs = CostModel()
+    for rows in range(1, 17):
+        for _ in range(3):
+            costs.record_batch(rows, verify_cost(GPU, rows))
+    ctl = DraftController(costs, 15, free_drafts=True, lengths=(1, 3, 7))
+    for _ in range(50):
+        ctl.observe(7, 7)  # everything accepted: the longest allowed length pays most
+    assert ctl.choose() == 7
+    assert ctl.choose(limit=5) == 5  # a proposal of 5 tokens is checked whole
+    assert DraftController(costs, 15, free_drafts=True).best_k(15) > 7  # without a list: any length

@@ -37,3 +37,26 @@ def test_never_proposes_a_pictures_positions_and_indexes_as_tokens_arrive():
     text += [1, 2, 5, 6]
     assert idx.propose(text, 2) == [7, 1]  # the latest occurrence of "5 6" (the one after the picture)
     assert idx.indexed == len(text) - 1  # every n-gram but the newest, once
+
+
+def test_a_loop_is_proposed_past_the_end_of_the_text():
+    """Small models fall into loops ("a_b_a_b_..."), and code repeats rows of equal items: when
+    the copy reaches the end of the text it goes on copying what it proposes."""
+    idx = NgramIndex()
+    assert idx.propose([5, 7, 8, 7, 8], 6) == [7, 8, 7, 8, 7, 8]
+    assert idx.propose([5, 6, 6, 6, 6, 6], 4) == [6, 6, 6, 6]
+    assert NgramIndex().propose([3, 7, 8, -2, 7, 8], 6) == []  # never a picture's positions, looped or not
+
+
+def test_tells_a_long_match_from_a_short_one():
+    """Proposals after a long match (or a held copy) are accepted whole far more often than
+    after two or three tokens in common: the controller learns them apart (`long`)."""
+    src = list(range(100, 120))
+    idx = NgramIndex()
+    assert idx.propose(src + [1] + src[:3], 4) == src[3:7] and not idx.long  # three tokens in common
+    idx = NgramIndex()
+    assert idx.propose(src + [1] + src[:9], 4) == src[9:13] and idx.long  # nine
+    held = src + [1] + src[:3] + src[3:7]  # the short match's proposal was accepted: a copy that holds
+    idx = NgramIndex()
+    idx.propose(src + [1] + src[:3], 4)
+    assert idx.propose(held, 4) == src[7:11] and idx.following and idx.long

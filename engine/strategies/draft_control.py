@@ -138,9 +138,13 @@ class DraftController:
     """Chooses k for each step of one reply; `observe` feeds back what the target accepted."""
 
     def __init__(self, costs: CostModel, k_max: int = AUTO_K_MAX, prior: float = 0.6, prior_weight: float = 1.0,
-                 decay: float = 0.95, start_k: int = 2, carry_key: str = "mtp", free_drafts: bool = False):
+                 decay: float = 0.95, start_k: int = 2, carry_key: str = "mtp", free_drafts: bool = False,
+                 lengths: tuple[int, ...] | None = None):
         self.costs = costs
         self.k_max = k_max
+        # the draft lengths it may choose (default 1..k_max); each one tried must be measured,
+        # so a short list of the lengths that pay is learnt sooner than every length
+        self.lengths = tuple(k for k in (lengths or range(1, k_max + 1)) if 1 <= k <= k_max)
         self.prior = prior
         self.prior_weight = prior_weight
         self.decay = decay
@@ -178,9 +182,12 @@ class DraftController:
         return rates
 
     def best_k(self, k_max: int) -> int:
-        """argmax over k of E(k) / T(k); the shorter draft on a tie."""
+        """argmax over the allowed k (and 0) of E(k) / T(k); the shorter draft on a tie."""
         rates = self.expected_rates(k_max)
-        return max(range(k_max + 1), key=lambda k: (rates[k], -k))
+        allowed = [0] + [k for k in self.lengths if k <= k_max]
+        if k_max < max(self.lengths, default=0):
+            allowed.append(k_max)  # a proposal shorter than the longest length is checked whole
+        return max(allowed, key=lambda k: (rates[k], -k))
 
     def choose(self, limit: int | None = None) -> int:
         """k for the next step (at most `limit`: the token budget or context left)."""

@@ -12,7 +12,8 @@ prompt of 8k tokens is indexed in about 20 ms.
 from __future__ import annotations
 
 NGRAM_MIN, NGRAM_MAX = 2, 4  # a match of 4 tokens is preferred; 2 is the shortest that predicts well
-MAX_RUN = 15  # the longest proposal (a verify of run + 1 rows fits llama.cpp's output rows)
+MAX_RUN = 47  # the longest proposal (a verify of run + 1 rows fits the output rows: MAX_OUTPUTS)
+LONG_MATCH = 8  # a match of this many tokens or more (or a copy that has held) is a long one
 
 
 class NgramIndex:
@@ -22,6 +23,10 @@ class NgramIndex:
         self.indexed = 0  # n-grams ending before this position are in the index
         self._last: tuple[int, int] | None = None  # (where the last proposal was copied from, length then)
         self.following = False  # the last proposal went on with a copy that has held (see _following)
+        # the last proposal came from a long match (LONG_MATCH tokens agree before it) or a copy
+        # that has held: measured on code edits, such proposals are accepted whole far more
+        # often than those of a short match, so the controller learns the two kinds apart
+        self.long = False
 
     def _catch_up(self, tokens: list[int], end: int) -> None:
         """Index the n-grams ending at positions indexed..end-1 (each maps to the position after it)."""
@@ -45,9 +50,16 @@ class NgramIndex:
             start = self.after[n].get(tuple(tokens[-n:]))
         if start is None or start >= len(tokens):
             self._last = None
+            self.long = False
             return []
         self._last = (start, len(tokens))
+        self.long = self.following or self._matched(tokens, start) >= LONG_MATCH
         run = tokens[start:start + max_len]
+        period = len(tokens) - start
+        if len(run) < max_len and period > 0:
+            # the copy reaches the end of the text: it goes on copying what it proposes (a
+            # loop, a row of equal items), so the run repeats with that period
+            run += [run[i % period] for i in range(len(run), max_len)]
         cut = next((i for i, t in enumerate(run) if t < 0), len(run))  # never a picture's positions
         return run[:cut]
 
@@ -62,3 +74,11 @@ class NgramIndex:
         if new <= 0 or start + new >= then or tokens[then:] != tokens[start:start + new]:
             return None
         return start + new
+
+    @staticmethod
+    def _matched(tokens: list[int], start: int) -> int:
+        """How many tokens before `start` equal the last ones of the text (up to LONG_MATCH)."""
+        m, end = 0, len(tokens)
+        while m < LONG_MATCH and m < start and tokens[start - 1 - m] == tokens[end - 1 - m]:
+            m += 1
+        return m
