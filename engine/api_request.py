@@ -30,7 +30,9 @@ class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class TandemOptions(_Loose):
+class TandemOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # Tandem's own few options: a misspelt one is a 400, not ignored
+
     mtp: bool | None = None
     draft_max: int | str | None = None
     spec: str | None = None  # draft sources: auto, mtp, lookup, none
@@ -157,6 +159,9 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         spec = check_spec(t.spec if t.spec is not None else AUTO)
     except ValueError as e:
         raise ApiError(400, f"tandem.spec: {e}", param="tandem.spec") from None
+    if spec == "mtp" and t.mtp is not False and not engine.has_mtp:
+        raise ApiError(400, "tandem.spec: 'mtp' needs a drafter (the model's gemma-4 assistant) and this server "
+                       "has none; use 'lookup' or 'auto' (lookup drafting works for every model)", param="tandem.spec")
     cfg = GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, spec=spec, draft_max=k, sampling=sp,
                            seed=req.seed, logprobs=top, **fmt)
     return replace(cfg, grammar=grammar) if grammar else cfg

@@ -160,6 +160,14 @@ def test_keys_and_addresses(tiny):
             client(s).models.list()
         assert client(s, "sekret").chat.completions.create(model="x", messages=MSGS, max_tokens=4).choices
         assert httpx.get(f"http://127.0.0.1:{s.port}/health").status_code == 200  # health needs no key
+        # a model without a drafter: asking for MTP by name is a 400 saying so, not a silent baseline
+        r = httpx.post(f"{s.url}/chat/completions", timeout=30, headers={"Authorization": "Bearer sekret"},
+                       json={"messages": MSGS, "max_tokens": 2, "tandem": {"spec": "mtp"}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec", r.text
+        assert "drafter" in r.json()["error"]["message"]
+        r = httpx.post(f"{s.url}/chat/completions", timeout=30, headers={"Authorization": "Bearer sekret"},
+                       json={"messages": MSGS, "max_tokens": 2, "tandem": {"spec": "lookup"}})
+        assert r.status_code == 200 and r.json()["timings"]["predicted_n"] >= 1
     finally:
         s.stop()
 
@@ -386,3 +394,7 @@ def test_draft_sources_per_request_and_lookup_counts_in_timings(server):
     r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
         "messages": msgs, "max_tokens": 2, "tandem": {"spec": "telepathy"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec"
+    # Tandem's own options are few: a misspelt one is refused by name, not ignored
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
+        "messages": msgs, "max_tokens": 2, "tandem": {"specs": "lookup"}})
+    assert r.status_code == 400 and "tandem.specs" in r.json()["error"]["message"], r.text
