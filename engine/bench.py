@@ -206,10 +206,17 @@ def _f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
 
-def format_table(res: dict) -> str:
+LEGEND = ("tok/s: decode tokens per second (prefill excluded); ideal: speed-up predicted from the "
+          "measured decode, verify and draft-step costs with no Python overhead; step: llama.cpp's time "
+          "per target step (a decode for baseline, a verify of the drafts otherwise); "
+          "py: share of decode time outside llama.cpp; tok/step: tokens per target step.")
+
+
+def format_table(res: dict, legend: bool = True) -> str:
+    """One group's rows; `legend`: with the note on what the columns mean (once per output)."""
     b = res["baseline"]
     head = (f"{'mode':<9}{'k':>5}{'tok/s':>9}{'speed-up':>10}{'ideal':>8}{'accept':>8}"
-            f"{'tok/step':>9}{'verify':>9}{'draft':>8}{'py':>6}{'identical':>11}{'near-tie':>9}{'mismatch':>9}")
+            f"{'tok/step':>9}{'step':>9}{'draft':>8}{'py':>6}{'identical':>11}{'near-tie':>9}{'mismatch':>9}")
     lines = [head, "-" * len(head)]
     lines.append(f"{'baseline':<9}{'-':>5}{_f(b['decode_tps'], '.1f'):>9}{'1.00x':>10}{'':>8}{'-':>8}"
                  f"{'1.00':>9}{_f(b.get('decode_step_ms'), '.2f') + 'ms':>9}{'-':>8}"
@@ -227,10 +234,8 @@ def format_table(res: dict) -> str:
     for m in res["mtp"]:
         if m.get("why"):
             lines.append(f"\nauto: {m['why']}")
-    lines.append("")
-    lines.append("tok/s: decode tokens per second (prefill excluded); ideal: speed-up predicted from the "
-                 "measured decode, verify and draft-step costs with no Python overhead; "
-                 "py: share of decode time outside llama.cpp; tok/step: tokens per verify step.")
+    if legend:
+        lines += ["", LEGEND]
     return "\n".join(lines)
 
 

@@ -330,7 +330,7 @@ def _generate_remote(args, sp) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import format_table, grammar_cost, load_prompts, run_bench
+    from .bench import LEGEND, format_table, grammar_cost, load_prompts, run_bench
 
     if args.server:
         return _bench_remote(args)
@@ -362,13 +362,15 @@ def cmd_bench(args) -> int:
             res = results[title or "all"] = run_bench(engine, group, args.draft_max, args.max_tokens,
                                                       progress=progress, specs=args.spec)
             print("\r", end="", file=sys.stderr)
-            print((f"{title} ({len(group)} prompts):\n" if title else "") + format_table(res) + "\n")
+            print((f"{title} ({len(group)} prompts):\n" if title else "") + format_table(res, legend=False) + "\n")
             if constraint:
                 res["json_schema"] = run_bench(engine, group, args.draft_max, args.max_tokens, progress=progress,
                                                grammar=constraint["grammar"], specs=args.spec)
                 print("\r", end="", file=sys.stderr)
-                print("constrained to " + args.json_schema + ":\n" + format_table(res["json_schema"]) + "\n\n"
+                print("constrained to " + args.json_schema + ":\n" + format_table(res["json_schema"], legend=False)
+                      + "\n\n"
                       + grammar_cost(res, res["json_schema"]))
+        print(LEGEND)
         m = _peak_memory(engine)
         if m["peak_rss_mib"]:
             print(f"\nmemory: peak {m['peak_rss_mib']:.0f} MiB resident; model files {m['files_mib']:.0f} MiB; "
