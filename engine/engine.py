@@ -31,7 +31,7 @@ from .strategies import CostModel, make_strategy
 from .strategies.base import DecodeState, Step
 from .text import TextAssembler
 
-SEEDED_DRAFT_MAX = 2  # the draft length of seeded sampling when auto was asked for
+SEEDED_DRAFT_MAX = 2  # the draft length of a seeded generation when auto was asked for
 MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
 MEDIA_MARK = re.compile("\ue002(\\d+)\ue003")  # where a message's media go in the rendered chat
 
@@ -417,10 +417,12 @@ class Engine(Backend):
                 "none is loaded")
         strategy_name = self.strategy_for(spec)
         draft_max = config.draft_max
-        if draft_max == AUTO and config.seed is not None and not config.sampling.greedy:
-            # A seed asks for the same sample every time. Auto's lengths follow wall-clock costs,
-            # and each length draws different random numbers, so seeded sampling drafts a fixed
-            # length instead (the distribution is exact either way).
+        if draft_max == AUTO and config.seed is not None:
+            # A seed asks for the same answer every time. Auto's lengths follow wall-clock costs:
+            # with sampling each length draws different random numbers, and even greedy output
+            # can differ where two tokens tie within rounding (llama.cpp's CPU kernels round a
+            # batch of other sizes differently). So a seeded generation drafts a fixed length
+            # (the distribution is exact either way).
             draft_max = SEEDED_DRAFT_MAX
         strategy = make_strategy(strategy_name, draft_max)
         grammar = self._grammar(config)  # a bad grammar or schema raises here, before streaming
