@@ -16,6 +16,9 @@ from .sampling import SamplingParams
 from .tools import ToolError, calls_grammar, check_tools
 
 MAX_CHOICES = 16  # n: choices are generated one after another, each a whole generation
+# Stop strings are checked against the text at every token: a few short ones (OpenAI allows 4;
+# editors send up to about 10), not a list that would hold up the server at each token
+MAX_STOPS, MAX_STOP_CHARS = 16, 256
 
 
 class ApiError(Exception):
@@ -149,6 +152,10 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     if fmt and grammar:
         raise ApiError(400, "response_format cannot be combined with a forced tool call (tool_choice)",
                        param="response_format")
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stops) > MAX_STOPS or any(len(x) > MAX_STOP_CHARS for x in stops):
+        raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
+                       param="stop")
     t = req.tandem or TandemOptions()
     k = t.draft_max if t.draft_max is not None else default_k
     try:

@@ -24,6 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,11 +40,37 @@ from .generation import AUTO
 
 MAX_BODY_BYTES = 4 * 2**20
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+HEADER_TIMEOUT_S = 10.0  # a connection whose request headers are not in by then is closed
+RETRY_AFTER_S = 1  # what a 503 for a full queue tells the client to wait
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-           param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+           param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status,
+                        headers=headers)
+
+
+class LoopbackHosts:
+    """A server on a loopback address answers only requests addressed to a loopback name. A web
+    page can point a name of its own at 127.0.0.1 (DNS rebinding) and so reach a keyless local
+    server from the user's browser; its requests carry that name in `Host` and get a 403.
+    (Starlette's TrustedHostMiddleware reads "[::1]:8080" as the host "[", refusing IPv6.)"""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            try:
+                name = urlsplit("//" + host).hostname
+            except ValueError:
+                name = None
+            if name not in LOOPBACK:
+                return await _error(403, f"this server answers requests to 127.0.0.1, localhost or [::1] only, "
+                                    f"not to {host[:100]!r}", "permission_error", "host_not_allowed")(
+                    scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 class ApiKey:
@@ -150,19 +177,24 @@ def _usage(stats) -> dict:
             "total_tokens": stats.prompt_tokens + stats.generated_tokens}
 
 
-def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_BODY_BYTES,
+               host: str = "127.0.0.1") -> FastAPI:
+    """`host`: the address served on; on a loopback one, only loopback Host names are answered."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    # plain ASGI middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect
+    # from the streaming response, and a generation nobody reads must stop at once. The last
+    # added runs first: the Host check, then CORS (a browser's preflight carries no key, so it
+    # must be answered before the key is checked), then the key, then the body's size.
+    app.add_middleware(BodyLimit, limit=max_body)
+    if state.api_key:
+        app.add_middleware(ApiKey, key=state.api_key)
     if cors:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=[cors], allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
-
-    # plain ASGI middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect
-    # from the streaming response, and a generation nobody reads must stop at once
-    app.add_middleware(BodyLimit, limit=max_body)
-    if state.api_key:
-        app.add_middleware(ApiKey, key=state.api_key)
+    if host in LOOPBACK:
+        app.add_middleware(LoopbackHosts)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -174,7 +206,8 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
-        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
+        retry = {"Retry-After": str(RETRY_AFTER_S)} if exc.code == "queue_full" else None
+        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param, retry)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: OpenAI's shape too
@@ -223,14 +256,37 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     return app
 
 
-async def _generate(state: ServerState, start: Callable):
-    """The engine's events for one request, on a worker thread, in turn with the others."""
+class _ClientGone(Exception):
+    """The client went away while its request waited for its turn."""
+
+
+async def _wait_turn(state: ServerState, gone: Callable | None) -> None:
+    """Wait for the engine's turn, watching the client: one that leaves while queued gives
+    up its place at once (its prompt is never decoded). Raises _ClientGone then."""
+    acquire = asyncio.ensure_future(state.turn.acquire())
+    try:
+        while True:
+            done, _ = await asyncio.wait({acquire}, timeout=0.25)
+            if done:
+                return acquire.result()
+            if gone is not None and await gone():
+                raise _ClientGone()
+    except BaseException:
+        acquire.cancel()
+        if acquire.done() and not acquire.cancelled():
+            state.turn.release()  # acquired as we gave up: pass it on
+        raise
+
+
+async def _generate(state: ServerState, start: Callable, gone: Callable | None = None):
+    """The engine's events for one request, on a worker thread, in turn with the others.
+    `gone`: async, true once the client has disconnected."""
     if state.waiting >= state.queue_size:
         raise ApiError(503, f"The server is busy ({state.queue_size} requests waiting); try again shortly",
                        "server_error", "queue_full")
     state.waiting += 1
     try:
-        await state.turn.acquire()
+        await _wait_turn(state, gone)
     finally:
         state.waiting -= 1
     loop = asyncio.get_running_loop()
@@ -284,6 +340,8 @@ async def _generate(state: ServerState, start: Callable):
 def _api_error(e: Exception) -> ApiError:
     if isinstance(e, ApiError):
         return e
+    if isinstance(e, _ClientGone):  # nobody reads this answer (nginx's code for it)
+        return ApiError(499, "the client closed the request while it waited", code="client_closed_request")
     if isinstance(e, ModelUnloaded):  # the app loaded another model meanwhile: try again
         return ApiError(503, str(e), "server_error", "model_unloaded")
     if isinstance(e, ContextOverflowError):
@@ -325,7 +383,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
 
     def generation(i: int):  # with a seed, each choice has its own (seed + i), so choices differ
         c = cfg if cfg.seed is None or i == 0 else replace(cfg, seed=cfg.seed + i)
-        return _generate(state, lambda e, stop: make(e, c, stop))
+        return _generate(state, lambda e, stop: make(e, c, stop), request.is_disconnected)
 
     def log(stream: bool) -> None:
         s = done[-1]
@@ -419,6 +477,35 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
 
     return EventSourceResponse(events(), ping=15)
 
+def _header_deadline_protocol():
+    """uvicorn's h11 protocol, closing a connection whose request headers are not in within
+    HEADER_TIMEOUT_S: uvicorn's own keep-alive timeout starts only after a response, so a
+    client that opens connections and never finishes its headers would hold them forever."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_late)
+
+        def _headers_late(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():  # no request read yet
+                self.transport.close()
+
+        def connection_lost(self, exc) -> None:
+            self._deadline.cancel()
+            super().connection_lost(exc)
+
+    return HeaderDeadline
+
+
+def _uvicorn_config(state: ServerState, host: str, port: int, cors: str | None, **kw):
+    import uvicorn
+
+    return uvicorn.Config(create_app(state, cors, host=host), host=host, port=port,
+                          http=_header_deadline_protocol(), **kw)
+
+
 def check_host(host: str, api_key: str | None) -> None:
     if host not in LOOPBACK and not api_key:
         raise ValueError(f"serving on {host} (reachable from other machines) needs --api-key")
@@ -435,7 +522,7 @@ def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_
                                                f"{(e['tps'] or 0):.1f} tok/s"
                                                + (f", {e['accepted'] * 100:.0f} % accepted" if e['accepted'] is not None
                                                   else "") + f", {e['seconds']:.1f} s", flush=True))
-    uvicorn.run(create_app(state, cors), host=host, port=port, log_level=log_level)
+    uvicorn.Server(_uvicorn_config(state, host, port, cors, log_level=log_level)).run()
 
 
 class BackgroundServer:
@@ -447,8 +534,7 @@ class BackgroundServer:
 
         check_host(host, state.api_key)
         self.url = f"http://{host}:{port}/v1"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(state, cors), host=host, port=port,
-                                                    log_level="critical", lifespan="off"))
+        self.server = uvicorn.Server(_uvicorn_config(state, host, port, cors, log_level="critical", lifespan="off"))
         self.thread = threading.Thread(target=self._run, name="tandem-serve", daemon=True)
         self.error: str | None = None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -135,6 +136,7 @@ def test_a_full_queue_answers_503_and_errors_have_openai_shape(server):
     with pytest.raises(openai.APIStatusError) as e:
         c.chat.completions.create(model="x", messages=MSGS, max_tokens=5)
     assert e.value.status_code == 503 and e.value.body["code"] == "queue_full"
+    assert e.value.response.headers.get("retry-after") == "1"  # when to try again
     for t in threads:
         t.join()
     assert done == ["length", "length"]
@@ -154,10 +156,18 @@ def test_keys_and_addresses(tiny):
     out = subprocess.run([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--host", "0.0.0.0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "needs --api-key" in out.stderr
-    s = Serve(tiny, "--api-key", "sekret", drafter=False)
+    s = Serve(tiny, "--api-key", "sekret", "--cors", "http://example.com", drafter=False)
     try:
         with pytest.raises(openai.AuthenticationError):
             client(s).models.list()
+        # a browser asks first, without the key: the preflight must pass, or no page could ever use it
+        pre = httpx.options(f"{s.url}/chat/completions", timeout=10, headers={
+            "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://example.com"
+        page = httpx.post(f"{s.url}/chat/completions", timeout=30, json={"messages": MSGS, "max_tokens": 2},
+                          headers={"Origin": "http://example.com", "Authorization": "Bearer sekret"})
+        assert page.status_code == 200 and page.headers["access-control-allow-origin"] == "http://example.com"
         assert client(s, "sekret").chat.completions.create(model="x", messages=MSGS, max_tokens=4).choices
         assert httpx.get(f"http://127.0.0.1:{s.port}/health").status_code == 200  # health needs no key
         # a model without a drafter: asking for MTP by name is a 400 saying so, not a silent baseline
@@ -398,3 +408,60 @@ def test_draft_sources_per_request_and_lookup_counts_in_timings(server):
     r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
         "messages": msgs, "max_tokens": 2, "tandem": {"specs": "lookup"}})
     assert r.status_code == 400 and "tandem.specs" in r.json()["error"]["message"], r.text
+
+
+def test_a_local_server_answers_only_requests_to_a_loopback_name(server):
+    """DNS rebinding: a web page points a name of its own at 127.0.0.1 and its requests reach a
+    keyless local server, carrying that name as Host. Those are refused; loopback names pass."""
+    r = httpx.get(server.url + "/models", timeout=10, headers={"Host": "attacker.example"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "host_not_allowed", r.text
+    for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", f"[::1]:{server.port}"):
+        assert httpx.get(server.url + "/models", timeout=10, headers={"Host": host}).status_code == 200, host
+
+
+def test_a_client_that_never_finishes_its_headers_is_let_go(server):
+    from engine.server import HEADER_TIMEOUT_S
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=HEADER_TIMEOUT_S + 20) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and nothing more
+        t = time.time()
+        assert sock.recv(100) == b""  # closed by the server
+        assert time.time() - t < HEADER_TIMEOUT_S + 15
+    assert server.health()["status"] == "ok"
+
+
+def test_a_queued_client_that_leaves_gives_up_its_place(server):
+    """One generates, one waits (queue of 1); the waiting one disconnects: its place is free at
+    once and its prompt is never decoded."""
+    running = threading.Thread(target=lambda: client(server).chat.completions.create(
+        model="x", messages=MSGS, max_tokens=1500))
+    running.start()
+    t0 = time.time()
+    while not server.health()["generating"] and time.time() - t0 < 30:
+        time.sleep(0.02)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        body = json.dumps({"messages": MSGS, "max_tokens": 5}).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        t0 = time.time()
+        while server.health()["waiting"] < 1 and time.time() - t0 < 30:
+            time.sleep(0.02)
+        assert server.health()["waiting"] == 1
+    t0 = time.time()
+    while server.health()["waiting"] and time.time() - t0 < 10:
+        time.sleep(0.05)
+    assert server.health()["waiting"] == 0
+    running.join()
+    time.sleep(1)
+    last = server.health()["last"]  # the latest generation is the long one: the queued one never ran
+    assert not server.health()["generating"] and last["tokens"] == 1500, last
+
+
+def test_stop_strings_are_few_and_short(server):
+    for stop in ([f"s{i}" for i in range(17)], ["x" * 257]):
+        r = httpx.post(server.url + "/chat/completions", timeout=30,
+                       json={"messages": MSGS, "max_tokens": 2, "stop": stop})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+    ok = httpx.post(server.url + "/chat/completions", timeout=30,
+                    json={"messages": MSGS, "max_tokens": 2, "stop": [f"s{i}" for i in range(16)]})
+    assert ok.status_code == 200
