@@ -54,7 +54,9 @@ def llama_ngram(tool: str, model: str, prompts: list[dict], spec: str, n: int, t
         a = ACCEPT.search(log)
         if a:
             drafted, accepted = drafted + int(a.group(1)), accepted + int(a.group(2))
-    return {"tps": decoded / seconds, "accept": accepted / drafted if drafted else None}
+    # llama.cpp counts every token its last draft added, past -n too
+    return {"tps": decoded / seconds, "accept": accepted / drafted if drafted else None,
+            "per_prompt": decoded / len(prompts)}
 
 
 def main() -> int:
@@ -98,7 +100,8 @@ def main() -> int:
                   f"{m['decode_tps'] / base:>12.2f}x{acc:>10}  {same}")
         for spec, r in theirs[title].items():
             acc = f"{r['accept'] * 100:.0f} %" if r["accept"] is not None else "-"
-            print(f"{'llama.cpp ' + spec:<28}{r['tps']:>8.1f}{r['tps'] / base:>12.2f}x{acc:>10}  -")
+            print(f"{'llama.cpp ' + spec:<28}{r['tps']:>8.1f}{r['tps'] / base:>12.2f}x{acc:>10}  "
+                  f"{r['per_prompt']:.0f} tokens per prompt (its count)")
         print()
     return 0
 
