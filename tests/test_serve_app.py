@@ -1,10 +1,11 @@
 """The window's "Serve on localhost": the loaded pair answers an editor's (the openai SDK's)
 request with MTP, the request appears in the live log, and the window's own chat shares the
-engine in turn."""
+engine in turn (overlapping either way, neither reply is cut)."""
 
 from __future__ import annotations
 
 import openai
+from PySide6.QtCore import Qt
 
 from .llamaserver import free_port
 from .test_app import TIMEOUT, make_window, send
@@ -56,5 +57,61 @@ def test_loading_another_model_while_serving_serves_that_one(qtbot, tmp_path, ti
     assert [m.id for m in c.models.list().data] == ["second-model"]
     r = c.chat.completions.create(model="second-model", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content and "draft_n" not in r.model_extra["timings"]  # no drafter now
+    panel.switch.setChecked(False)
+    win.close()
+
+
+def test_the_window_and_an_editor_overlap_and_neither_is_cut(qtbot, tmp_path, tiny):
+    """An editor's request arrives while the window's reply streams: it waits for its turn, and
+    both replies are whole."""
+    import threading
+
+    win, panel = serving(qtbot, tmp_path, tiny)
+    win.settings["max_tokens"] = 300
+    c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=120)
+    got = []
+    win.input.setPlainText("Hello world, this is a test")
+    qtbot.keyClick(win.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: len(win.chat_view.widgets()[-1].text) > 0, timeout=TIMEOUT)  # it streams
+    editor = threading.Thread(target=lambda: got.append(c.chat.completions.create(
+        model="tiny-target", max_tokens=40, messages=[{"role": "user", "content": "hi"}])))
+    editor.start()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    editor.join(120)
+    reply = win.chat_view.widgets()[-1]
+    assert reply.stats["generated_tokens"] == 300 and reply.stats["finish_reason"] == "length", reply.stats
+    assert got and got[0].usage.completion_tokens == 40
+    panel.switch.setChecked(False)
+    win.close()
+
+
+def test_the_window_waits_for_an_editors_reply_then_answers_whole(qtbot, tmp_path, tiny):
+    import threading
+
+    win, panel = serving(qtbot, tmp_path, tiny)
+    win.settings["max_tokens"] = 200
+    c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=120)
+    got = []
+
+    started = threading.Event()
+
+    def editor():
+        n = 0
+        for ch in c.chat.completions.create(model="tiny-target", max_tokens=400, stream=True,
+                                            messages=[{"role": "user", "content": "hi"}]):
+            n += bool(ch.choices and ch.choices[0].delta.content)
+            started.set()
+        got.append(n)
+
+    t = threading.Thread(target=editor)
+    t.start()
+    qtbot.waitUntil(started.is_set, timeout=TIMEOUT)  # the editor's reply streams
+    win.input.setPlainText("Hello world, this is a test")
+    qtbot.keyClick(win.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    t.join(120)
+    reply = win.chat_view.widgets()[-1]
+    assert reply.stats["generated_tokens"] == 200 and reply.stats["finish_reason"] == "length", reply.stats
+    assert got and got[0] > 100
     panel.switch.setChecked(False)
     win.close()
