@@ -80,6 +80,16 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[s
     return blocks
 
 
+def origin_legend_html(dark: bool) -> str:
+    """The token-origin legend: chips in the tints render_origins gives the tokens."""
+    ink = "#f0f0f0" if dark else "#1a1a1a"
+    chips = ((DRAFTED_DARK if dark else DRAFTED_LIGHT, "drafted (MTP), accepted"),
+             (LOOKUP_DARK if dark else LOOKUP_LIGHT, "copied (lookup), accepted"),
+             (TARGET_DARK if dark else TARGET_LIGHT, "model's own"))
+    return "Token origins: " + " ".join(f"<span style='background:{bg}; color:{ink}'>&nbsp;{html.escape(what)}&nbsp;"
+                                        "</span>" for bg, what in chips)
+
+
 def render_origins(doc: QTextDocument, origins: list, dark: bool = False) -> None:
     """Plain text with each token tinted by where it came from."""
     drafted = DRAFTED_DARK if dark else DRAFTED_LIGHT

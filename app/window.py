@@ -28,7 +28,8 @@ from .stats_panel import StatsBar
 from .store import Store, file_name
 from .theme import apply_theme
 from .toolbar import ChatToolbar
-from .widgets import MessageWidget
+from .render import origin_legend_html
+from .widgets import MessageWidget, is_dark
 
 
 class MainWindow(QMainWindow):
@@ -100,10 +101,7 @@ class MainWindow(QMainWindow):
         tb.help_btn.clicked.connect(self.explain_mtp)
         tb.settings_btn.clicked.connect(self.open_settings)
         rl.addWidget(tb)
-        self.origin_legend = QLabel("Token origins: <span style='background:#b7ebc0; color:#1a1a1a'>&nbsp;drafted "
-                                    "(MTP), accepted&nbsp;</span> <span style='background:#c9dcff; color:#1a1a1a'>"
-                                    "&nbsp;copied (lookup), accepted&nbsp;</span> <span style='background:#ffe2b8; "
-                                    "color:#1a1a1a'>&nbsp;model's own&nbsp;</span>")
+        self.origin_legend = QLabel(origin_legend_html(is_dark()))
         self.origin_legend.hide()
         rl.addWidget(self.origin_legend)
         # said once per loaded model, where measurements show MTP cannot be faster here
@@ -302,6 +300,7 @@ class MainWindow(QMainWindow):
     def restyle(self, scheme=None) -> None:
         """The theme in Settings, or the desktop's light or dark: everything follows, charts too."""
         apply_theme(QApplication.instance(), self.settings["theme"], scheme)
+        self.origin_legend.setText(origin_legend_html(is_dark()))
         self.chat_view.refresh()
         self.stats_bar.restyle()
 

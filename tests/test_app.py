@@ -112,6 +112,7 @@ def test_compare_mode_fills_both_panes_and_replays(qtbot, win):
     assert len(page.run.runs["baseline"]) == len(page.run.runs["mtp"]) == 3
     assert "median of 3 runs each" in page.verdict.text() and "of 3 runs" in page.mtp.stats.text()
     assert page.base.result.stats["mode"] == "baseline" and page.mtp.result.stats["mode"] == "hybrid"
+    assert page.mtp.result.stats["draft_max"] == "auto"  # what the switches say (greedy: no seed to fix k)
     assert page.base.result.answer == page.mtp.result.answer != ""
     assert "identical output" in page.verdict.text()
     assert any(w in page.verdict.text() for w in ("faster", "About the same speed", "slower here"))
@@ -469,7 +470,10 @@ def test_compare_verdict_in_plain_words():
     paused = speed_verdict(0.9, 10.0, 9.0, {"draft_max": "auto", "mean_draft_length": 0.0, "acceptance_rate": 0.4})
     assert "auto paused it" in paused
     cpu = speed_verdict(0.8, 10.0, 8.0, {"acceptance_rate": 0.9, "draft_max": 3})
-    assert "costs nearly as much" in cpu
+    assert "costs nearly as much" in cpu and "try draft length auto" in cpu
+    # already auto: no advice to choose what was chosen
+    auto = speed_verdict(0.83, 10.0, 8.3, {"acceptance_rate": 0.74, "draft_max": "auto", "mean_draft_length": 1.0})
+    assert "costs nearly as much" in auto and "try draft length auto" not in auto, auto
     busy = speed_verdict(1.0, 6.1, 6.1, {}, usual_tps=44.0)
     assert "it was busy" in busy and "44.0" in busy
     assert "busy" not in speed_verdict(1.0, 43.0, 43.0, {}, usual_tps=44.0)
@@ -677,3 +681,20 @@ def test_switching_chats_leaves_no_old_message_on_screen(qtbot, win):
     send(qtbot, win, "first chat")
     win.new_conversation()  # no event loop turn in between: a deferred delete has not run yet
     assert [w for w in win.chat_view.host.findChildren(MessageWidget) if w.isVisible()] == []
+
+
+def test_the_token_origin_legend_has_the_themes_colours(qtbot, win):
+    """The legend's chips are the tints the tokens get: dark ones in the dark theme."""
+    from app.render import DRAFTED_DARK, DRAFTED_LIGHT, LOOKUP_DARK, TARGET_DARK
+
+    win.toggle_origins(True)
+    assert DRAFTED_LIGHT in win.origin_legend.text()
+    win.settings["theme"] = "dark"
+    try:
+        win.restyle()
+        legend = win.origin_legend.text()
+        assert all(c in legend for c in (DRAFTED_DARK, LOOKUP_DARK, TARGET_DARK)), legend
+    finally:
+        win.settings["theme"] = "light"
+        win.restyle()
+    assert DRAFTED_LIGHT in win.origin_legend.text()
