@@ -423,10 +423,12 @@ class ChatSession(QObject):
         self.active = ActiveReply(self._next_rid(), time.perf_counter(), compare=which, chart=first)
         self.busy_changed.emit()
         info = self.model_info
-        # fresh cache for each run, so both pay the same prefill; same seed for sampling;
+        # fresh cache for each run, so both pay the same prefill; same seed for sampling (a
+        # seed fixes the draft length, so greedy runs, which need none, keep auto's);
         # servers that cannot switch drafting off run the baseline on the baseline server
-        settings = self.reply_settings().but(use_mtp=use_mtp, fresh=True, seed=1234, on_baseline_server=bool(
-            info.remote and not use_mtp and not info.can_switch_mtp))
+        settings = self.reply_settings().but(use_mtp=use_mtp, fresh=True, seed=None if run.greedy else 1234,
+                                             on_baseline_server=bool(info.remote and not use_mtp
+                                                                     and not info.can_switch_mtp))
         self._request(run.messages, settings)
 
     # ---- worker signals --------------------------------------------------------------
