@@ -224,6 +224,8 @@ def cmd_generate(args) -> int:
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
     sp.validate()
+    if args.no_mtp and args.spec not in ("auto", "none"):
+        raise ValueError(f"--no-mtp turns drafting off and --spec {args.spec} asks for it: give one of them")
     if args.server:
         if args.image or args.audio or args.json_schema or args.grammar:
             raise ValueError("--image, --audio, --json-schema and --grammar are for local models for now")

@@ -28,6 +28,8 @@ def test_generate_json(tiny):
     base = json.loads(tandem("generate", "--model", tiny["target"], "--drafter", tiny[1.0], "--max-tokens", "20",
                              "--no-mtp", "--json", "Hello there").stdout)
     assert base["tokens"] == out["tokens"] and base["stats"]["draft_tokens"] == 0
+    both = tandem("generate", "--model", tiny["target"], "--no-mtp", "--spec", "lookup", "Hello", check=False)
+    assert both.returncode == 2 and "--no-mtp" in both.stderr and "--spec lookup" in both.stderr
     raw = json.loads(tandem("generate", "--model", tiny["target"], "--max-tokens", "5", "--raw", "--json",
                             "--temperature", "0.7", "--seed", "1", "Hello").stdout)
     assert len(raw["tokens"]) == 5
