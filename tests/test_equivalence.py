@@ -108,10 +108,12 @@ def test_chat_path_equivalence(engine07, tolerance):
         assert check_equivalent(engine07, prompt, k, 64, tolerance) in ("identical", "near-tie")
 
 
-# the synthetic model walks up its vocabulary, so text that repeats runs of consecutive tokens
-# gives lookup proposals it accepts, and anything else gives proposals it rejects
-REPEATS = ["a b c d e f g a b c d e f g a b c", "w000010 w000011 w000012 x y w000010 w000011",
-           "def f(x):\n    return x + 1\n\ndef f(x):\n    return"]
+# the synthetic model walks up its vocabulary ("abcdefgh" goes on "ijkl..."), so text that has
+# the walk ahead of where the prompt stops gives lookup proposals it accepts, and text where
+# something else followed gives proposals it rejects (lookup proposes after a match of
+# LONG_MATCH = 8 tokens)
+REPEATS = ["abcdefghijklmnopqrstuvwxyz abcdefgh", "abcdefghi!? abcdefgh",
+           "def f(x):\n    return x + 1\n\ndef f(x):\n    return x + 1\n\ndef f(x):\n    return"]
 
 
 @pytest.mark.parametrize("spec", ["lookup", "auto"])

@@ -53,8 +53,7 @@ class Speculative(DecodeStrategy):
         self.name = "hybrid" if self.use_mtp and self.use_lookup else sources[0]
         self.needs_drafter = self.use_mtp
         self.controller: DraftController | None = None  # MTP's
-        self.lookup_controller: DraftController | None = None  # of short matches
-        self.long_controller: DraftController | None = None  # of long matches and held copies: long runs pay
+        self.lookup_controller: DraftController | None = None
         self.index: NgramIndex | None = None
 
     @property
@@ -71,8 +70,6 @@ class Speculative(DecodeStrategy):
             if self.adaptive:
                 self.lookup_controller = DraftController(st.costs, MAX_RUN, carry_key="lookup", free_drafts=True,
                                                          lengths=LOOKUP_LENGTHS)
-                self.long_controller = DraftController(st.costs, MAX_RUN, carry_key="lookup-long", free_drafts=True,
-                                                       lengths=LOOKUP_LENGTHS)
 
     def _choose(self, st: DecodeState, limit: int, proposal: list[int]) -> tuple[str, int]:
         """(source, length) for this step; ("", 0) is a plain step."""
@@ -80,7 +77,7 @@ class Speculative(DecodeStrategy):
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
             return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
-        look = self._lookup_controller()
+        look = self.lookup_controller
         k_m = self.controller.choose(limit) if self.controller is not None else 0
         k_l = look.choose(len(proposal)) if proposal else 0
         if k_l and k_m and st.costs.ready(need_draft=True):
@@ -119,23 +116,13 @@ class Speculative(DecodeStrategy):
         else:
             s.count_positions(k, n_acc)
         # each source learns from its own drafts; a plain step is every source's yardstick
-        look = self._lookup_controller()
+        look = self.lookup_controller
         for ctl, mine in ((self.controller, source == "mtp"), (look, source == "lookup")):
             if ctl is not None and (mine or k == 0):
                 ctl.observe(k, n_acc, seconds)
         if self.controller is not None:
             s.paused = self.controller.paused and source != "lookup"
         return Step(new, [True] * n_acc + [False], source if k else "")
-
-
-    def _lookup_controller(self) -> DraftController | None:
-        """Lookup's acceptance differs by kind of proposal: after a long match or a copy that
-        has held, proposals are accepted whole far more often than after a match of a few
-        tokens (on the edit suite: 13 of 15 tokens on average against 1 to 3), so each kind
-        learns its own acceptance and lengths."""
-        if self.index is not None and self.index.long and self.long_controller is not None:
-            return self.long_controller
-        return self.lookup_controller
 
 
 def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: bool) -> tuple[int, list[int]]:
