@@ -166,6 +166,9 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         spec = check_spec(t.spec if t.spec is not None else AUTO)
     except ValueError as e:
         raise ApiError(400, f"tandem.spec: {e}", param="tandem.spec") from None
+    if t.mtp is False and t.spec not in (None, AUTO, "none"):
+        raise ApiError(400, f"tandem: \"mtp\": false turns drafting off and \"spec\": {t.spec!r} asks for it; "
+                       "give one of them", param="tandem.spec")
     if spec == "mtp" and t.mtp is not False and not engine.has_mtp:
         raise ApiError(400, "tandem.spec: 'mtp' needs a drafter (the model's gemma-4 assistant) and this server "
                        "has none; use 'lookup' or 'auto' (lookup drafting works for every model)", param="tandem.spec")

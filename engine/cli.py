@@ -115,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where drafts come from: mtp (the drafter), lookup (text already in the prompt or "
                         "reply: any model), none (baseline), auto (every source the model has; default)")
     g.add_argument("--draft-max", type=_draft_length, default=AUTO,
-                   help="tokens drafted per step, or 'auto' to choose every step from measured costs "
-                        "and acceptance (default auto)")
+                   help=f"tokens drafted per step (1-{MAX_DRAFT}; caps lookup's proposals too), or 'auto' to "
+                        "choose every step from measured costs and acceptance (default auto)")
     g.add_argument("--max-tokens", type=_positive(), default=256)
     g.add_argument("--raw", action="store_true", help="no chat template: complete the text as is")
     g.add_argument("--system", help="system prompt")
@@ -226,6 +226,9 @@ def cmd_generate(args) -> int:
     sp.validate()
     if args.no_mtp and args.spec not in ("auto", "none"):
         raise ValueError(f"--no-mtp turns drafting off and --spec {args.spec} asks for it: give one of them")
+    if args.spec == "mtp" and not args.server and not args.drafter:
+        raise ValueError("--spec mtp needs a drafter (--drafter, the model's gemma-4 assistant); "
+                         "--spec lookup or auto drafts without one")
     if args.server:
         if args.image or args.audio or args.json_schema or args.grammar:
             raise ValueError("--image, --audio, --json-schema and --grammar are for local models for now")
@@ -238,8 +241,6 @@ def cmd_generate(args) -> int:
         raise ValueError("--raw takes text only: pictures and sounds go into a chat message")
     engine = _load(args)
     try:
-        if not args.no_mtp and args.spec == "mtp" and not engine.has_mtp and not args.json:
-            print("tandem: no drafter loaded: decoding without MTP (baseline)", file=sys.stderr)
         cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp, spec=args.spec,
                                draft_max=args.draft_max, sampling=sp, seed=args.seed, **constraint)
         if args.raw:

@@ -73,6 +73,24 @@ class LoopbackHosts:
         return await self.app(scope, receive, send)
 
 
+class BrowserOrigins:
+    """A browser says where a request comes from (`Origin`); other clients send none. A web page
+    can POST a "simple" request (text/plain, no preflight) and so make the model run, even if it
+    cannot read the answer: requests from any origin but the one allowed with --cors get a 403."""
+
+    def __init__(self, app, allowed: str | None):
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            origin = dict(scope.get("headers") or []).get(b"origin")
+            if origin is not None and origin.decode("latin-1") != self.allowed:
+                return await _error(403, f"requests from web pages ({origin.decode('latin-1')[:100]}) are refused; "
+                                    "start the server with --cors ORIGIN to allow one", "permission_error",
+                                    "origin_not_allowed")(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 class ApiKey:
     """Every path but /health needs 'Authorization: Bearer <key>' (compared in constant time)."""
 
@@ -183,16 +201,19 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     # plain ASGI middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect
     # from the streaming response, and a generation nobody reads must stop at once. The last
-    # added runs first: the Host check, then CORS (a browser's preflight carries no key, so it
-    # must be answered before the key is checked), then the key, then the body's size.
+    # added runs first: the Host check, the page's origin, then CORS (a browser's preflight
+    # carries no key, so it must be answered before the key is checked), then the key, then
+    # the body's size.
     app.add_middleware(BodyLimit, limit=max_body)
     if state.api_key:
         app.add_middleware(ApiKey, key=state.api_key)
     if cors:
         from fastapi.middleware.cors import CORSMiddleware
 
-        app.add_middleware(CORSMiddleware, allow_origins=[cors], allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+        # any request header: SDKs send their own (openai-node: x-stainless-*); the origin is
+        # what is checked
+        app.add_middleware(CORSMiddleware, allow_origins=[cors], allow_methods=["GET", "POST"], allow_headers=["*"])
+    app.add_middleware(BrowserOrigins, allowed=cors)
     if host in LOOPBACK:
         app.add_middleware(LoopbackHosts)
 
@@ -202,6 +223,8 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
         bad_json = first.get("type") == "json_invalid"
         where = "body" if bad_json else ".".join(str(x) for x in first.get("loc", [])[1:]) or "body"
         what = "the body is not valid JSON" if bad_json else first.get("msg", "invalid")
+        if first.get("type") == "extra_forbidden" and where.startswith("tandem."):
+            what = "not one of Tandem's options (mtp, draft_max, spec)"
         return _error(400, f"Invalid request: {where}: {what}", param=where if where != "body" else None)
 
     @app.exception_handler(ApiError)
@@ -282,7 +305,8 @@ async def _generate(state: ServerState, start: Callable, gone: Callable | None =
     """The engine's events for one request, on a worker thread, in turn with the others.
     `gone`: async, true once the client has disconnected."""
     if state.waiting >= state.queue_size:
-        raise ApiError(503, f"The server is busy ({state.queue_size} requests waiting); try again shortly",
+        waiting = f"{state.queue_size} request{'' if state.queue_size == 1 else 's'} waiting"
+        raise ApiError(503, f"The server is busy ({waiting}); try again shortly",
                        "server_error", "queue_full")
     state.waiting += 1
     try:

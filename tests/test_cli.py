@@ -30,6 +30,8 @@ def test_generate_json(tiny):
     assert base["tokens"] == out["tokens"] and base["stats"]["draft_tokens"] == 0
     both = tandem("generate", "--model", tiny["target"], "--no-mtp", "--spec", "lookup", "Hello", check=False)
     assert both.returncode == 2 and "--no-mtp" in both.stderr and "--spec lookup" in both.stderr
+    alone = tandem("generate", "--model", tiny["target"], "--spec", "mtp", "--json", "Hello", check=False)
+    assert alone.returncode == 2 and "needs a drafter" in alone.stderr and not alone.stdout  # not a silent baseline
     raw = json.loads(tandem("generate", "--model", tiny["target"], "--max-tokens", "5", "--raw", "--json",
                             "--temperature", "0.7", "--seed", "1", "Hello").stdout)
     assert len(raw["tokens"]) == 5

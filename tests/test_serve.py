@@ -163,7 +163,7 @@ def test_keys_and_addresses(tiny):
         # a browser asks first, without the key: the preflight must pass, or no page could ever use it
         pre = httpx.options(f"{s.url}/chat/completions", timeout=10, headers={
             "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type"})
+            "Access-Control-Request-Headers": "authorization, content-type, x-stainless-lang"})  # openai-node's
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://example.com"
         page = httpx.post(f"{s.url}/chat/completions", timeout=30, json={"messages": MSGS, "max_tokens": 2},
                           headers={"Origin": "http://example.com", "Authorization": "Bearer sekret"})
@@ -408,6 +408,18 @@ def test_draft_sources_per_request_and_lookup_counts_in_timings(server):
     r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
         "messages": msgs, "max_tokens": 2, "tandem": {"specs": "lookup"}})
     assert r.status_code == 400 and "tandem.specs" in r.json()["error"]["message"], r.text
+    assert "draft_max" in r.json()["error"]["message"]  # it says which options there are
+    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
+        "messages": msgs, "max_tokens": 2, "tandem": {"spec": "lookup", "mtp": False}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec", r.text  # as the CLI refuses it
+
+
+def test_web_pages_are_refused_without_cors(server):
+    """A page can POST a text/plain request without a preflight; it must not make the model run."""
+    r = httpx.post(server.url + "/chat/completions", timeout=30, content=json.dumps({"messages": MSGS, "max_tokens": 2}),
+                   headers={"Origin": "http://attacker.example", "Content-Type": "text/plain"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed", r.text
+    assert httpx.get(server.url + "/models", timeout=10, headers={"Origin": "http://attacker.example"}).status_code == 403
 
 
 def test_a_local_server_answers_only_requests_to_a_loopback_name(server):
