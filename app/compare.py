@@ -37,9 +37,9 @@ def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1)
             why = f"the model accepted only {acc * 100:.0f} % of the drafter's guesses, so most drafting was wasted"
         else:
             why = ("checking several tokens at once costs nearly as much as writing them one by one on this "
-                   "hardware (typical of CPUs); " + ("auto drafts less as it measures this, and short replies "
-                                                     "leave it little time to" if mtp_stats.get("draft_max") == "auto"
-                                                     else "try draft length auto"))
+                   "hardware (typical of CPUs); " + ("auto drafts less once it has measured that, which a short "
+                                                     "reply leaves it little time to do"
+                                                     if mtp_stats.get("draft_max") == "auto" else "try draft length auto"))
         text = f"<b>MTP was slower here ({ratio:.2f}×)</b> {speeds}: {why}."
     if usual_tps and bt and bt < 0.8 * usual_tps:  # slower than usual: something else used the machine
         text += (f" <span style='color:#c77c02'>The baseline ran at {bt:.1f} tok/s where this machine usually "
