@@ -117,6 +117,11 @@ def top_logprobs(req: Sampling, kind: str) -> int | None:
     return req.logprobs
 
 
+def stop_strings(req: Sampling) -> list[str]:
+    """`stop` as a list (OpenAI takes one string or several)."""
+    return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+
+
 def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | None = None) -> GenerationConfig:
     """The engine's settings for one request; a 400 naming the field for anything wrong."""
     if req.best_of not in (None, 1, req.n):
@@ -152,7 +157,7 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     if fmt and grammar:
         raise ApiError(400, "response_format cannot be combined with a forced tool call (tool_choice)",
                        param="response_format")
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stops = stop_strings(req)
     if len(stops) > MAX_STOPS or any(len(x) > MAX_STOP_CHARS for x in stops):
         raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
                        param="stop")

@@ -19,7 +19,8 @@ from .stats import GenerationStats
 from .text import TokenPiece
 
 AUTO = "auto"  # the draft length chosen every step from measured costs and acceptance: its one spelling
-MAX_DRAFT = 15  # the longest fixed draft: a verify of k + 1 rows fits llama.cpp's 16 output rows
+MAX_DRAFT = 15  # the longest fixed draft length
+MAX_LOOKUP_RUN = 47  # the longest lookup proposal auto checks (see strategies/lookup.py)
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI allows
 SERVER_DRAFT = "server"  # in a remote reply's stats: the server chose the draft length when it started
 

@@ -19,12 +19,12 @@ from typing import Callable
 import numpy as np
 
 from .errors import EngineError, MTPUnavailableError
-from .generation import MAX_DRAFT
+from .generation import MAX_DRAFT, MAX_LOOKUP_RUN
 from .models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
-MAX_OUTPUTS = 48  # logits rows per batch: a verify of the longest draft (lookup's, MAX_RUN)
+MAX_OUTPUTS = max(MAX_DRAFT, MAX_LOOKUP_RUN) + 1  # logits rows per batch: a verify of the longest draft
 # llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
 # for; below 256 a "context" cannot hold a chat template and a reply anyway.
 CTX_STEP = 256

@@ -393,7 +393,7 @@ async def _respond(state: ServerState, req: Sampling, request: Request, kind: st
                    make: Callable):
     """The reply to one request: `req.n` choices, one generation after another, whole or streamed."""
     engine = _engine(state)
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stops = rq.stop_strings(req)
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     obj = "chat.completion" if kind == "chat" else "text_completion"

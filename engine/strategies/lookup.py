@@ -18,7 +18,9 @@ indexed in about 5 ms.
 
 from __future__ import annotations
 
-MAX_RUN = 47  # the longest proposal (a verify of run + 1 rows fits the output rows: MAX_OUTPUTS)
+from ..generation import MAX_LOOKUP_RUN
+
+MAX_RUN = MAX_LOOKUP_RUN  # the longest proposal (a verify of run + 1 rows fits the output rows: MAX_OUTPUTS)
 LONG_MATCH = 8  # tokens that must agree before the place a proposal is copied from
 
 

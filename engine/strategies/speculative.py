@@ -77,12 +77,11 @@ class Speculative(DecodeStrategy):
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
             return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
-        look = self.lookup_controller
         k_m = self.controller.choose(limit) if self.controller is not None else 0
-        k_l = look.choose(len(proposal)) if proposal else 0
+        k_l = self.lookup_controller.choose(len(proposal)) if proposal else 0
         if k_l and k_m and st.costs.ready(need_draft=True):
             r_m = self.controller.expected_rates(k_m)[k_m]
-            r_l = look.expected_rates(k_l)[k_l]
+            r_l = self.lookup_controller.expected_rates(k_l)[k_l]
             return ("lookup", k_l) if r_l >= r_m else ("mtp", k_m)
         if k_l:
             return "lookup", k_l
@@ -116,8 +115,7 @@ class Speculative(DecodeStrategy):
         else:
             s.count_positions(k, n_acc)
         # each source learns from its own drafts; a plain step is every source's yardstick
-        look = self.lookup_controller
-        for ctl, mine in ((self.controller, source == "mtp"), (look, source == "lookup")):
+        for ctl, mine in ((self.controller, source == "mtp"), (self.lookup_controller, source == "lookup")):
             if ctl is not None and (mine or k == 0):
                 ctl.observe(k, n_acc, seconds)
         if self.controller is not None:
