@@ -13,6 +13,7 @@ import sys
 from typing import Callable
 
 from .errors import TandemError
+from .edit_suite import SUITE_CTX
 from .generation import AUTO, MAX_DRAFT, SPECS
 
 EXIT_USAGE = 2
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and auto, which chooses between them every step)")
     b.add_argument("--suite", choices=["default", "edits"], default="default",
                    help="built-in prompts: a mix (default), or code edits and prose (what lookup speeds up; "
-                        "its files need a context of at least 16384 tokens, which it takes)")
+                        f"its files need a context of at least {SUITE_CTX} tokens, which it takes)")
     b.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     b.add_argument("--json-schema", metavar="FILE", help="also run every prompt constrained to this JSON schema, "
                    "and compare (what constrained decoding costs)")
@@ -343,7 +344,7 @@ def cmd_bench(args) -> int:
 
         groups = edit_groups()
         prompts = [p for group in groups.values() for p in group]
-        args.ctx = max(args.ctx, 16384)  # a 170-line file twice, and the answer (small vocabularies: 8k tokens)
+        args.ctx = max(args.ctx, SUITE_CTX)
     else:
         prompts = load_prompts(args.prompts)
         groups = {"": prompts}

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.bench import run_bench  # noqa: E402
-from engine.edit_suite import edit_groups  # noqa: E402
+from engine.edit_suite import SUITE_CTX, edit_groups  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.runtime import LoadOptions  # noqa: E402
 
@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("-d", "--drafter")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--ctx", type=int, default=SUITE_CTX)  # as `tandem bench --suite edits` takes
     args = ap.parse_args()
 
     groups = edit_groups()
