@@ -69,6 +69,7 @@ class ServerPanel(QDialog):
 
     def start(self) -> bool:
         from engine.errors import TandemError
+        from engine.generation import DEFAULT_PARALLEL
         from engine.server import BackgroundServer, ServerState
 
         if self.server is not None:
@@ -79,7 +80,8 @@ class ServerPanel(QDialog):
             return False
         name = self.model_name_getter()
         # the engine and its name are looked up per request: loading another model serves that one
-        state = ServerState(self.engine_getter, self.model_name_getter, on_log=self.relay.entry.emit)
+        state = ServerState(self.engine_getter, self.model_name_getter, on_log=self.relay.entry.emit,
+                            parallel=DEFAULT_PARALLEL)
         try:
             server = BackgroundServer(state, "127.0.0.1", self.port.value())
             server.start()

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine import TandemError
 from engine.engine import Engine
 from engine.errors import ContextOverflowError
-from engine.generation import GenerationConfig
+from engine.generation import DEFAULT_PARALLEL, GenerationConfig
 from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
@@ -94,8 +94,9 @@ class EngineWorker(QObject):
         return ""
 
     def _load_local(self, req: LoadRequest) -> ModelInfo:
+        # a sequence for the window's chat and one per request the app's server decodes together
         opts = LoadOptions(n_ctx=req.n_ctx, n_threads=req.threads, target_gpu_layers=req.target_gpu_layers,
-                           drafter_gpu_layers=req.drafter_gpu_layers)
+                           drafter_gpu_layers=req.drafter_gpu_layers, n_seq=DEFAULT_PARALLEL + 1)
 
         def progress(label, frac):
             self.load_progress.emit(label, frac)

@@ -14,7 +14,7 @@ from typing import Callable
 
 from .errors import TandemError
 from .edit_suite import SUITE_CTX
-from .generation import AUTO, MAX_DRAFT, SPECS
+from .generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPECS
 
 EXIT_USAGE = 2
 
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--grammar", help=argparse.SUPPRESS)  # _constraint reads both
     b.add_argument("--baseline-server", metavar="URL", help="with --server: the same model served without a "
                    "drafter, the baseline to compare with")
+    b.add_argument("--concurrency", type=_positive(), nargs="+", metavar="N",
+                   help="with --server: N clients at once (e.g. 1 2 4 8): aggregate tok/s and the slowest "
+                        "client's time, drafting on and (tandem serve, or --baseline-server) off")
 
     sv = sub.add_parser("serve", help="serve the model as a local OpenAI-compatible API (for editors)")
     _add_load_args(sv, remote=False)
@@ -161,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--draft-max", type=_draft_length, default=AUTO,
                     help="draft length for requests that do not choose (default auto)")
     sv.add_argument("--cors", metavar="ORIGIN", help="allow browser pages from ORIGIN (default: none)")
-    sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait (default 4)")
+    sv.add_argument("--parallel", type=_positive(), default=DEFAULT_PARALLEL,
+                    help="requests decoded together, in one batch per step (default 4)")
+    sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait beyond those (default 4)")
     sv.add_argument("--name", help="the model name clients see (default: the file's name)")
 
     mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
@@ -205,7 +210,7 @@ def _load(args):
 
     opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads, target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
-                       verbose=args.verbose)
+                       verbose=args.verbose, n_seq=getattr(args, "parallel", 1))
     mmproj = getattr(args, "mmproj", None)
     if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
         from .models.pairing import find_projector
@@ -338,6 +343,8 @@ def cmd_bench(args) -> int:
 
     if args.server:
         return _bench_remote(args)
+    if args.concurrency:
+        raise ValueError("--concurrency measures a server: give --server URL (start one with tandem serve)")
     constraint = _constraint(args)
     if args.suite == "edits" and not args.prompts:
         from .edit_suite import edit_groups
@@ -390,10 +397,45 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _bench_load(args) -> int:
+    """Several clients at once: tandem serve with drafting on and off (per request), or a server
+    and its --baseline-server."""
+    from .load_bench import load_table, run_load
+
+    mtp = _load(args)  # checks the server and finds its model
+    try:
+        model, engine_name, url, can_switch = mtp.model, mtp.engine_name, mtp.base_url, mtp.can_switch_mtp
+    finally:
+        mtp.close()
+    sides = {f"{engine_name} drafting": (url, {"tandem": {"draft_max": args.draft_max[0]}} if can_switch else None)}
+    if args.baseline_server:
+        base = _remote(args.baseline_server, args, model)
+        sides[f"{base.engine_name} baseline server"] = (base.base_url, None)
+        base.close()
+    elif can_switch:
+        sides[f"{engine_name} no drafting"] = (url, {"tandem": {"mtp": False}})
+    print(f"{model} at {url}: {args.max_tokens} tokens per client, greedy\n", flush=True)
+    rows = {}
+    for name, (base, extra) in sides.items():
+        rows[name] = []
+        for n in args.concurrency:
+            print(f"\r  {name}: {n} clients{'':<10}", end="", file=sys.stderr, flush=True)
+            rows[name].append(run_load(base, n, args.max_tokens, args.api_key, model, extra))
+    print("\r", end="", file=sys.stderr)
+    print(load_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({k: [vars(r) | {"tps": r.tps} for r in v] for k, v in rows.items()}, f, indent=2)
+    return 0
+
+
 def _bench_remote(args) -> int:
     """bench on servers: the MTP server (--server) against the same model served without a
     drafter (--baseline-server), since servers choose speculation per server."""
     from .bench import format_table, load_prompts, run_remote_bench
+
+    if args.concurrency:
+        return _bench_load(args)
 
     if len(args.draft_max) > 1 and args.draft_max != [AUTO, 1, 2, 3, 4]:  # the default means "as the server does"
         raise ValueError("bench on a server compares one draft length: give one --draft-max (servers other "
@@ -457,7 +499,8 @@ def cmd_serve(args) -> int:
         name = args.name or Path(args.model).stem
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
               f"at http://{args.host}:{args.port}/v1", flush=True)
-        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max)
+        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max,
+            parallel=args.parallel)
     finally:
         engine.close()
     return 0

@@ -85,9 +85,14 @@ class GenerationResult:
         return self.stats.finish_reason if self.stats else None
 
 
+# generations `tandem serve` decodes together unless told otherwise (--parallel); the app's
+# server serves as many, and the app's engine has one sequence more, for the window's own chat
+DEFAULT_PARALLEL = 4
+
+
 class Backend(ABC):
-    """One generation at a time: whoever generates (the app's chat, `tandem serve`) holds `turn`
-    for the whole generation, and the others wait for it. A generation stops when its own
+    """Whoever generates (the app's chat, `tandem serve`) holds a `turn` for the whole
+    generation: one at a time here; the local engine has one per sequence of its context. A generation stops when its own
     `should_stop()` says so; `cancel()` stops whatever runs (closing, unloading)."""
 
     kind: str = "local"  # "local" or "remote"

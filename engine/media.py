@@ -265,9 +265,9 @@ class Projector:
     def run_for(self, pid: int) -> MediaRun | None:
         return next((r for _, r in self._runs.values() if r.pid == pid), None)
 
-    def decode(self, run: MediaRun, lctx, n_past: int, n_batch: int) -> float:
-        """Encode (once) and decode one run into the target's cache at n_past; returns the
-        seconds spent encoding."""
+    def decode(self, run: MediaRun, lctx, n_past: int, n_batch: int, seq: int = 0) -> float:
+        """Encode (once) and decode one run into sequence `seq` of the target's cache at
+        n_past; returns the seconds spent encoding."""
         m = self.mtmd
         spent = 0.0
         if run.embd is None:
@@ -279,7 +279,7 @@ class Projector:
             spent = time.perf_counter() - t
         new_past = ctypes.c_int32()
         ret = m.mtmd_helper_decode_image_chunk(
-            self.ctx, lctx, run.chunk, run.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n_past, 0,
+            self.ctx, lctx, run.chunk, run.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n_past, seq,
             n_batch, ctypes.byref(new_past), m.mtmd_helper_post_decode_callback(), None)
         if ret != 0:
             raise MediaError(f"decoding the {run.kind} into the model failed ({ret})")

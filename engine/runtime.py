@@ -24,7 +24,11 @@ from .models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_i
 from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
-MAX_OUTPUTS = max(MAX_DRAFT, MAX_LOOKUP_RUN) + 1  # logits rows per batch: a verify of the longest draft
+MAX_OUTPUTS = max(MAX_DRAFT, MAX_LOOKUP_RUN) + 1  # logits rows of one sequence: a verify of the longest draft
+# logits rows each further sequence of a batch may add (a verify of auto's longest MTP draft):
+# rows cost 1 MiB each on Gemma's 262k vocabulary, so only the first sequence gets the longest
+SEQ_OUTPUTS = 9
+MAX_SEQ = 64  # sequences one context holds (llama.cpp's limit is 256)
 # llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
 # for; below 256 a "context" cannot hold a chat template and a reply anyway.
 CTX_STEP = 256
@@ -50,6 +54,7 @@ class LoadOptions:
     flash_attn: bool = True
     kv_type: str = "f16"
     verbose: bool = False
+    n_seq: int = 1  # sequences decoded together (tandem serve --parallel, plus the window's own)
 
     def validate(self) -> None:
         """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
@@ -61,6 +66,8 @@ class LoadOptions:
                              f"machine (got {self.n_threads})")
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise ValueError(f"batch sizes must be at least 1 (got {self.n_batch}, {self.n_ubatch})")
+        if not 1 <= self.n_seq <= MAX_SEQ:
+            raise ValueError(f"parallel sequences must be between 1 and {MAX_SEQ} (got {self.n_seq})")
         if self.kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
 
@@ -81,8 +88,18 @@ class TargetRunner:
             ctypes.cast(self.batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(nb,))
         self._rows = np.arange(nb, dtype=self._pos.dtype)  # row offsets, reused every decode
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(nb,))[:] = 1
+        # each row's sequence id: llama_batch_init gives every row its own small array; they are
+        # pointed into one numpy array instead (set per batch without a Python loop) and put
+        # back before llama_batch_free
+        self._seq = np.zeros(nb, dtype=np.int32)
+        self._seq_ptr = type(self.batch.seq_id[0])
+        # addresses, not the pointer objects: those are views of the array being rewritten
+        self._own_seq_ptrs = [ctypes.cast(self.batch.seq_id[i], ctypes.c_void_p).value for i in range(nb)]
+        base = self._seq.ctypes.data
         for i in range(nb):
-            self.batch.seq_id[i][0] = 0
+            self.batch.seq_id[i] = ctypes.cast(base + 4 * i, self._seq_ptr)
+        self.n = 0  # rows of the batch being built
+        self.n_out = 0  # of which flagged for output
         self.memory = lib.llama_get_memory(ctx)
         self.llama_s = 0.0  # seconds spent inside llama_decode (+ sync)
         self.h_enabled = False
@@ -93,18 +110,42 @@ class TargetRunner:
             ext.llama_set_embeddings_nextn(self.ctx, on, False)
             self.h_enabled = on
 
-    def decode(self, tokens, start_pos: int, outputs: str = "none") -> None:
-        """Decode tokens at start_pos.. ; outputs: 'none', 'last' or 'all' logits rows."""
-        n = len(tokens)
-        if n > self.n_batch:
+    def decode(self, tokens, start_pos: int, outputs: str = "none", seq: int = 0) -> None:
+        """Decode tokens of one sequence at start_pos.. ; outputs: 'none', 'last' or 'all' logits rows."""
+        self.begin()
+        self.add(tokens, start_pos, seq, outputs)
+        self.submit()
+
+    def begin(self) -> None:
+        """Start building a batch (rows of any sequences, added with `add`)."""
+        self.n = self.n_out = 0
+
+    @property
+    def room(self) -> int:
+        return self.n_batch - self.n
+
+    def add(self, tokens, start_pos: int, seq: int, outputs: str = "none") -> tuple[int, int]:
+        """Append one sequence's rows at positions start_pos.. ; returns (first batch row, first
+        output row): logits and hidden rows are read by batch row, a block of logits by output row."""
+        n, at = len(tokens), self.n
+        if n < 1 or n > self.room:
             raise ValueError("batch too large")
-        b = self.batch
-        b.n_tokens = n
-        self._tok[:n] = tokens
-        np.add(self._rows[:n], start_pos, out=self._pos[:n])
-        self._out[:n] = 1 if outputs == "all" else 0
+        end = at + n
+        self._tok[at:end] = tokens
+        np.add(self._rows[:n], start_pos, out=self._pos[at:end])
+        self._seq[at:end] = seq
+        self._out[at:end] = 1 if outputs == "all" else 0
         if outputs == "last":
-            self._out[n - 1] = 1
+            self._out[end - 1] = 1
+        out_at = self.n_out
+        self.n_out += n if outputs == "all" else int(outputs == "last")
+        self.n = end
+        return at, out_at
+
+    def submit(self) -> None:
+        """Decode the batch built since `begin`."""
+        b = self.batch
+        b.n_tokens = self.n
         t0 = time.perf_counter()
         rc = lib.llama_decode(self.ctx, b)
         lib.llama_synchronize(self.ctx)
@@ -116,9 +157,9 @@ class TargetRunner:
         """Logits row i of the last decode (a view: copy before the next decode)."""
         return np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
 
-    def logits_rows(self, n: int) -> np.ndarray:
-        """All n output rows of the last decode, as one (n, n_vocab) view."""
-        return np.ctypeslib.as_array(lib.llama_get_logits(self.ctx), shape=(n, self.n_vocab))
+    def logits_rows(self, n: int, first: int = 0) -> np.ndarray:
+        """n output rows of the last decode from output row `first`, as one (n, n_vocab) view."""
+        return np.ctypeslib.as_array(lib.llama_get_logits(self.ctx), shape=(first + n, self.n_vocab))[first:]
 
     def hidden(self, i: int, out: np.ndarray) -> None:
         """Copy the hidden state of batch row i of the last decode into `out`."""
@@ -127,55 +168,87 @@ class TargetRunner:
             raise EngineError("the target returned no hidden state for the drafter")
         out[:] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
 
-    def truncate(self, n_keep: int) -> None:
-        """Drop every cached position >= n_keep."""
-        lib.llama_memory_seq_rm(self.memory, 0, n_keep, -1)
+    def truncate(self, n_keep: int, seq: int = 0) -> None:
+        """Drop every cached position >= n_keep of a sequence (n_keep 0: all of it)."""
+        lib.llama_memory_seq_rm(self.memory, seq, n_keep, -1)
+
+    def pos_min(self, seq: int = 0) -> int:
+        """The oldest position a sequence still has in the cache (-1: none)."""
+        return lib.llama_memory_seq_pos_min(self.memory, seq)
 
     def clear(self) -> None:
         lib.llama_memory_clear(self.memory, True)
 
     def free(self) -> None:
         if self.batch is not None:
+            for i, addr in enumerate(self._own_seq_ptrs):
+                self.batch.seq_id[i] = ctypes.cast(addr, self._seq_ptr)
             lib.llama_batch_free(self.batch)
             self.batch = None
 
 
 class DrafterRunner:
-    """One drafter step: (token, position, hidden row) -> next-token logits and hidden row."""
+    """Draft steps: rows of (token, position, sequence, hidden row) -> each row's next-token
+    logits and the drafter's own next hidden row. One row per drafting sequence: the drafts
+    of several sequences are one batch (each at its own sequence's position)."""
 
-    def __init__(self, ctx, n_vocab: int, n_embd_out: int):
+    def __init__(self, ctx, n_vocab: int, n_embd_out: int, n_rows: int = 1):
         self.ctx = ctx
         self.n_vocab = n_vocab
         self.n_embd = n_embd_out
+        self.n_rows = n_rows
         # llama_batch_init allocates `embd` but not `token` when n_embd > 0: we attach our own
         # token array and detach it again before llama_batch_free.
-        self.batch = lib.llama_batch_init(1, n_embd_out, 1)
-        self._tok_arr = (lib.llama_token * 1)()
+        self.batch = lib.llama_batch_init(n_rows, n_embd_out, 1)
+        self._tok_arr = (lib.llama_token * n_rows)()
         self.batch.token = ctypes.cast(self._tok_arr, ctypes.POINTER(lib.llama_token))
         self.batch.n_tokens = 1
-        self.batch.pos[0] = 0
-        self.batch.n_seq_id[0] = 1
-        self.batch.seq_id[0][0] = 0
-        self.batch.logits[0] = 1
-        self.h = np.ctypeslib.as_array(self.batch.embd, shape=(n_embd_out,))  # input row
+        for i in range(n_rows):
+            self.batch.pos[i] = 0
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = 0
+            self.batch.logits[i] = 1
+        self.h_rows = np.ctypeslib.as_array(self.batch.embd, shape=(n_rows, n_embd_out))  # input rows
+        self.h = self.h_rows[0]
         self.llama_s = 0.0
 
-    def step(self, token: int, pos: int) -> np.ndarray:
+    def step(self, token: int, pos: int, seq: int = 0) -> np.ndarray:
         """Run one draft step with input hidden row `self.h`; leaves the drafter's own next
         hidden row in `self.h` and returns the logits (a view)."""
         self._tok_arr[0] = token
         self.batch.pos[0] = pos
+        self.batch.seq_id[0][0] = seq
+        self._run(1)
+        self.h[:] = self.h_out(0)
+        return self.logits(0)
+
+    def step_rows(self, rows: list[tuple[int, int, int]]) -> None:
+        """One draft step for several sequences: rows of (token, position, sequence), whose
+        input hidden rows are in `h_rows[:len(rows)]`. Read the results with `logits(i)` and
+        `h_out(i)` before the next step."""
+        for i, (tok, pos, seq) in enumerate(rows):
+            self._tok_arr[i] = tok
+            self.batch.pos[i] = pos
+            self.batch.seq_id[i][0] = seq
+        self._run(len(rows))
+
+    def _run(self, n: int) -> None:
+        self.batch.n_tokens = n
         t0 = time.perf_counter()
         rc = lib.llama_decode(self.ctx, self.batch)
         lib.llama_synchronize(self.ctx)
         self.llama_s += time.perf_counter() - t0
         if rc != 0:
             raise EngineError(f"llama_decode failed on the drafter (code {rc})")
-        hp = ext.llama_get_embeddings_nextn_ith(self.ctx, 0)
+
+    def logits(self, i: int) -> np.ndarray:
+        return np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
+
+    def h_out(self, i: int) -> np.ndarray:
+        hp = ext.llama_get_embeddings_nextn_ith(self.ctx, i)
         if not hp:
             raise EngineError("the drafter returned no hidden state")
-        self.h[:] = np.ctypeslib.as_array(hp, shape=(self.n_embd,))
-        return np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, 0), shape=(self.n_vocab,))
+        return np.ctypeslib.as_array(hp, shape=(self.n_embd,))
 
     def free(self) -> None:
         if self.batch is not None:
@@ -189,7 +262,10 @@ def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
     p.n_ctx = n_ctx
     p.n_batch = opts.n_batch
     p.n_ubatch = opts.n_ubatch
-    p.n_seq_max = 1
+    # Several sequences share one pool of n_ctx cells (unified): one sequence alone may use the
+    # whole context, as before, and the memory does not grow with the number of sequences
+    p.n_seq_max = opts.n_seq
+    p.kv_unified = True
     p.n_threads = n_threads
     p.n_threads_batch = n_threads
     # Set explicitly and identically on both contexts: the drafter views the target's V
@@ -203,7 +279,7 @@ def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
     # At most MAX_OUTPUTS logits rows per batch (a verify step needs its drafts + 1): 48 MiB of
     # logits for Gemma's 262k vocabulary. llama.cpp otherwise reserves logits for a whole
     # ubatch: 512 x 262k floats = 512 MiB.
-    p.n_outputs_max = MAX_OUTPUTS
+    p.n_outputs_max = MAX_OUTPUTS + (opts.n_seq - 1) * SEQ_OUTPUTS
     return p
 
 
@@ -275,6 +351,8 @@ class Runtime:
         self.n_ubatch = lib.llama_n_ubatch(self.target_ctx)
         self.n_swa = lib.llama_model_n_swa(self.target_model)
         self.target = TargetRunner(self.target_ctx, self.n_batch, self.n_vocab, self.n_embd)
+        self.n_seq = o.n_seq
+        self.n_outputs_max = cp.n_outputs_max
 
         if self.drafter_info is None:
             return
@@ -287,7 +365,7 @@ class Runtime:
                 f"{di.path.name}: drafter (width {d_out}, vocab {d_vocab}) does not match "
                 f"target (width {self.n_embd}, vocab {self.n_vocab})")
         dp = _context_params(o, self.n_ctx, self.n_threads)
-        dp.n_batch = dp.n_ubatch = 1  # the drafter decodes one row at a time: tiny compute buffers
+        dp.n_batch = dp.n_ubatch = o.n_seq  # one row per drafting sequence: tiny compute buffers
         dp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         dp.ctx_other = self.target_ctx
         dp.n_rs_seq = 0
@@ -297,7 +375,7 @@ class Runtime:
         if ext.llama_get_ctx_other(self.drafter_ctx) != self.target_ctx:
             raise EngineError("the drafter context is not linked to the target context")
         ext.llama_set_embeddings_nextn(self.drafter_ctx, True, True)
-        self.drafter = DrafterRunner(self.drafter_ctx, self.n_vocab, d_out)
+        self.drafter = DrafterRunner(self.drafter_ctx, self.n_vocab, d_out, o.n_seq)
 
     @property
     def has_drafter(self) -> bool:

@@ -8,9 +8,10 @@ Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions and /v1/comple
 `{"draft_max": 3}` or `{"spec": "lookup"}`, which servers cannot do; Tandem's remote backend
 uses it to Compare against one server.
 
-One engine, one generation at a time: requests wait in a bounded queue (503 when it is full);
-a client that goes away cancels its generation at once; the engine's prefix cache serves the
-next request of the same conversation. The engine runs in a worker thread, never on the event
+Up to `parallel` generations at once, decoded together in one batch per step (the engine's
+scheduler); more requests wait in a bounded queue (503 with Retry-After when it is full); a
+client that goes away, queued or running, is dropped at once; the engine's prefix cache (one
+per sequence) serves the next request of the same conversation. The engine runs in a worker thread, never on the event
 loop. Safe by default: 127.0.0.1, an API key required for any other address, a body size
 limit, max_tokens within the context, CORS only when asked, errors in OpenAI's shape.
 """
@@ -163,8 +164,12 @@ class ServerState:
     draft_max: int | str = AUTO  # for requests that do not choose
     waiting: int = 0
     last: dict = field(default_factory=dict)  # the latest generation: tokens and how it ended
-    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     on_log: Callable[[dict], None] | None = None  # one entry per finished request
+    parallel: int = 1  # generations at once (the engine must have as many sequences)
+    running: int = 0
+
+    def __post_init__(self):
+        self.turn = asyncio.Semaphore(self.parallel)
 
     @property
     def name(self) -> str:
@@ -243,7 +248,7 @@ def create_app(state: ServerState, cors: str | None = None, max_body: int = MAX_
     @app.get("/health")
     async def health():
         return {"status": "ok" if state.engine_getter() is not None else "no model loaded",
-                "generating": state.turn.locked(), "waiting": state.waiting, "last": state.last}
+                "generating": state.running, "waiting": state.waiting, "last": state.last}
 
     @app.get("/v1/models")
     async def models():
@@ -320,6 +325,7 @@ async def _generate(state: ServerState, start: Callable, gone: Callable | None =
     if engine is None:
         state.turn.release()
         raise ApiError(503, "No model is loaded", "server_error", "no_model")
+    state.running += 1
 
     stop = threading.Event()  # this request's own: it never stops the next holder of the engine's turn
 
@@ -356,6 +362,7 @@ async def _generate(state: ServerState, start: Callable, gone: Callable | None =
             if last is not None:
                 state.last = {"tokens": last.generated_tokens, "finish": last.finish_reason or "cancelled",
                               "draft_tokens": last.draft_tokens, "accepted_tokens": last.accepted_tokens}
+            state.running -= 1
             state.turn.release()
 
         fut.add_done_callback(ended)
@@ -536,12 +543,13 @@ def check_host(host: str, api_key: str | None) -> None:
 
 
 def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-        cors: str | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning") -> None:
+        cors: str | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning",
+        parallel: int = 1) -> None:
     """Serve until interrupted (the CLI's `tandem serve`)."""
     import uvicorn
 
     check_host(host, api_key)
-    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max,
+    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel,
                         on_log=lambda e: print(f"{e['kind']}: {e['tokens']} tokens, "
                                                f"{(e['tps'] or 0):.1f} tok/s"
                                                + (f", {e['accepted'] * 100:.0f} % accepted" if e['accepted'] is not None

@@ -26,10 +26,10 @@ MSGS = [{"role": "user", "content": "Hello world, this is a test"}]
 
 
 class Serve:
-    def __init__(self, tiny, *extra, drafter=True):
+    def __init__(self, tiny, *extra, drafter=True, command=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        args = [sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--port", str(self.port),
+        args = (command or [sys.executable, "-m", "engine"]) + ["serve", "-m", str(tiny["target"]), "--port", str(self.port),
                 "--ctx", "8192", *extra] + (["-d", str(tiny[0.7])] if drafter else [])
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -58,7 +58,7 @@ class Serve:
 @pytest.fixture(scope="module")
 def server(tiny):
     # a fixed draft length: on this CPU, auto may rightly pause drafting once it has measured costs
-    s = Serve(tiny, "--queue", "1", "--draft-max", "3")
+    s = Serve(tiny, "--parallel", "1", "--queue", "1", "--draft-max", "3")
     yield s
     s.stop()
 

@@ -1,6 +1,6 @@
 """The window's "Serve on localhost": the loaded pair answers an editor's (the openai SDK's)
 request with MTP, the request appears in the live log, and the window's own chat shares the
-engine in turn (overlapping either way, neither reply is cut)."""
+engine together (overlapping either way, neither reply is cut, each decoded on its own sequence)."""
 
 from __future__ import annotations
 
@@ -85,23 +85,25 @@ def test_the_window_and_an_editor_overlap_and_neither_is_cut(qtbot, tmp_path, ti
     win.close()
 
 
-def test_the_window_waits_for_an_editors_reply_then_answers_whole(qtbot, tmp_path, tiny):
+def test_the_window_chats_while_an_editors_reply_streams(qtbot, tmp_path, tiny):
+    """The window is a client like the others: its reply decodes together with an editor's
+    (each on its own sequence), so the shorter reply started later ends first; a Stop in the
+    window stops only the window's reply."""
     import threading
 
     win, panel = serving(qtbot, tmp_path, tiny)
-    win.settings["max_tokens"] = 200
+    win.settings["max_tokens"] = 120
     c = openai.OpenAI(base_url=panel.url.text(), api_key="any", max_retries=0, timeout=120)
     got = []
-
     started = threading.Event()
 
     def editor():
-        n = 0
-        for ch in c.chat.completions.create(model="tiny-target", max_tokens=400, stream=True,
+        finish = None
+        for ch in c.chat.completions.create(model="tiny-target", max_tokens=1500, stream=True,
                                             messages=[{"role": "user", "content": "hi"}]):
-            n += bool(ch.choices and ch.choices[0].delta.content)
+            finish = (ch.choices[0].finish_reason if ch.choices else None) or finish
             started.set()
-        got.append(n)
+        got.append(finish)
 
     t = threading.Thread(target=editor)
     t.start()
@@ -109,9 +111,19 @@ def test_the_window_waits_for_an_editors_reply_then_answers_whole(qtbot, tmp_pat
     win.input.setPlainText("Hello world, this is a test")
     qtbot.keyClick(win.input, Qt.Key_Return)
     qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
-    t.join(120)
     reply = win.chat_view.widgets()[-1]
-    assert reply.stats["generated_tokens"] == 200 and reply.stats["finish_reason"] == "length", reply.stats
-    assert got and got[0] > 100
+    assert reply.stats["generated_tokens"] == 120 and reply.stats["finish_reason"] == "length", reply.stats
+    assert t.is_alive()  # the editor's 1500 tokens still stream: they were not waited for
+    # a Stop in the window stops the window's next reply, not the editor's
+    win.settings["max_tokens"] = 2000
+    win.chat_list.new_btn.click()  # the tiny pair counts on for long in a new chat
+    win.input.setPlainText("Count to a thousand")
+    qtbot.keyClick(win.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: len(win.chat_view.widgets()[-1].text) > 0, timeout=TIMEOUT)
+    win.stop()  # the Stop button's (and Escape's) action
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    assert win.chat_view.widgets()[-1].stats["finish_reason"] == "cancelled"
+    t.join(300)
+    assert got == ["length"], got  # whole: never stopped by the window's Stop
     panel.switch.setChecked(False)
     win.close()

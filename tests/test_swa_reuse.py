@@ -79,7 +79,7 @@ def test_gemma3_new_chat_after_a_long_chat(gemma3_path):
         story = " ".join(f"Sentence number {i} of a long story about a lighthouse keeper." for i in range(70))
         _answer(engine, [{"role": "user", "content": story}], False, max_tokens=8)
         assert engine.rt.n_swa == 512
-        assert engine._cached and len(engine._cached) > 768 + 100
+        assert len(engine.scheduler.slots[0].cached) > 768 + 100
         q = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
         got = _answer(engine, q, False, max_tokens=16)
     finally:

@@ -1,13 +1,18 @@
 """The one interface every decoding strategy implements.
 
-A strategy advances a `DecodeState` by one step and returns the tokens it produced.
-Invariant kept by every step: the target's KV cache holds exactly `tokens[:n_past]`, and
-`tokens[-1]` (the newest token, `id_last`) is not yet decoded, so n_past == len(tokens) - 1.
+A strategy advances a `DecodeState` (one sequence) by one step and returns the tokens it
+produced. A step is a generator: it yields what it needs decoded — `DraftRow`s for the
+drafter, then one `TargetRows` for the target — and is sent the results back; the scheduler
+(scheduler.py) puts the requests of every sequence into one batch per model, so several
+sequences decode together. Invariant kept by every step: the target's KV cache holds exactly
+`tokens[:n_past]` of the sequence, and `tokens[-1]` (the newest token, `id_last`) is not yet
+decoded, so n_past == len(tokens) - 1.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generator
 
 import numpy as np
 
@@ -33,6 +38,10 @@ class DecodeState:
     grammar: "Grammar | None" = None  # constrained decoding: the target chooses only what it allows
     top_logprobs: int = -1  # >= 0: record each kept token's log-probability and this many alternatives
     logprobs: list = field(default_factory=list)  # TokenLogprob per kept token, in order (the engine takes them)
+    seq: int = 0  # the sequence's id in the target's cache
+    room: int = 1 << 30  # the most target rows this step may add to the batch (set per step)
+    others: int = 0  # target rows the other sequences add to this step's batch (what extra rows cost)
+    planned: int = 1  # the target rows this step will ask for (set by the step before it drafts)
 
     @property
     def id_last(self) -> int:
@@ -90,6 +99,46 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
+class TargetRows:
+    """Asked by a step: decode these tokens of the sequence at pos0.. in this step's target batch.
+    Sent back: the `Rows` they became."""
+
+    tokens: list[int]
+    pos0: int
+    outputs: str = "all"  # "all" or "last"
+
+
+@dataclass
+class DraftRow:
+    """Asked by a step: one drafter row (a token at a position, with its input hidden row).
+    Sent back: (logits, next hidden row), views valid until the next drafter batch."""
+
+    token: int
+    pos: int
+    h: np.ndarray
+
+
+class Rows:
+    """One sequence's rows of a decoded target batch (indices relative to its first row)."""
+
+    def __init__(self, target, at: int, out_at: int):
+        self.target, self.at, self.out_at = target, at, out_at
+
+    def logits(self, i: int) -> np.ndarray:
+        return self.target.logits(self.at + i)
+
+    def block(self, n: int) -> np.ndarray:
+        """The first n rows' logits as one (n, n_vocab) view (every row was an output)."""
+        return self.target.logits_rows(n, self.out_at)
+
+    def hidden(self, i: int, out: np.ndarray) -> None:
+        self.target.hidden(self.at + i, out)
+
+
+StepRun = Generator["TargetRows | DraftRow", object, "Step"]
+
+
+@dataclass
 class Step:
     tokens: list[int]
     drafted: list[bool] = field(default_factory=list)  # True = a draft the target accepted
@@ -105,6 +154,7 @@ class DecodeStrategy:
     def prepare(self, st: DecodeState) -> None:
         """Called once before the first step (e.g. to switch hidden-state output on)."""
 
-    def step(self, st: DecodeState, budget: int) -> Step:
-        """Produce 1..budget tokens. On return st.tokens and st.n_past include them."""
+    def step(self, st: DecodeState, budget: int) -> StepRun:
+        """Produce 1..budget tokens (a generator, see the module's docstring). On return
+        st.tokens and st.n_past include them."""
         raise NotImplementedError

@@ -113,15 +113,19 @@ class CostModel:
         """Measured, else the cost of the nearest smaller size measured: a batch never costs
         less than a smaller one, so this is the optimistic guess that gets a size tried (and
         then measured). Costs per row are far from linear (4 rows can cost little more than
-        3 on a CPU, where SIMD lanes fill up), so guessing from a line misses the best k."""
+        3 on a CPU, where SIMD lanes fill up), so guessing from a line misses the best k.
+        With nothing smaller measured (several sequences always decode together), the
+        nearest larger size's."""
         c = self._medians.get(rows)
         if c is not None:
             return c
         below = [n for n in self._medians if n < rows]
-        return self._medians[max(below)] if below else None
+        if below:
+            return self._medians[max(below)]
+        return self._medians[min(self._medians)] if self._medians else None
 
     def ready(self, need_draft: bool = True) -> bool:
-        return (self.draft is not None or not need_draft) and 1 in self._medians
+        return (self.draft is not None or not need_draft) and bool(self._medians)
 
     def ceiling(self, k_max: int, measured_only: bool = False) -> float | None:
         """The best speed-up MTP could reach here if every draft were accepted. Sizes not
@@ -170,27 +174,32 @@ class DraftController:
             prev = a
         return out
 
-    def expected_rates(self, k_max: int, acceptance: list[float] | None = None) -> list[float]:
-        """E(k) / T(k), expected tokens per second, for k = 0..k_max (costs must be ready)."""
+    def expected_rates(self, k_max: int, acceptance: list[float] | None = None, others: int = 0) -> list[float]:
+        """E(k) / T(k), expected tokens per second, for k = 0..k_max (costs must be ready).
+        `others`: rows the other sequences put in the same batch (a token each): the rate is
+        the whole batch's, so extra rows pay only where they cost little next to the batch (on
+        a CPU drafting fades as the batch fills; on a GPU, where rows are nearly free, not)."""
         a = acceptance if acceptance is not None else self.acceptance()
         draft = 0.0 if self.free_drafts else self.costs.draft or 0.0
-        rates, tokens, p = [1.0 / self.costs.batch_cost(1)], 1.0, 1.0
+        cost = self.costs.batch_cost
+        rates, tokens, p = [(others + 1.0) / cost(others + 1)], 1.0, 1.0
         for k in range(1, k_max + 1):
             p *= a[k - 1]
             tokens += p
-            rates.append(tokens / (k * draft + self.costs.batch_cost(k + 1)))
+            rates.append((others + tokens) / (k * draft + cost(others + k + 1)))
         return rates
 
-    def best_k(self, k_max: int) -> int:
+    def best_k(self, k_max: int, others: int = 0) -> int:
         """argmax over the allowed k (and 0) of E(k) / T(k); the shorter draft on a tie."""
-        rates = self.expected_rates(k_max)
+        rates = self.expected_rates(k_max, others=others)
         allowed = [0] + [k for k in self.lengths if k <= k_max]
         if k_max < max(self.lengths, default=0):
             allowed.append(k_max)  # a proposal shorter than the longest length is checked whole
         return max(allowed, key=lambda k: (rates[k], -k))
 
-    def choose(self, limit: int | None = None) -> int:
-        """k for the next step (at most `limit`: the token budget or context left)."""
+    def choose(self, limit: int | None = None, others: int = 0) -> int:
+        """k for the next step (at most `limit`: the token budget or context left); `others`:
+        the rows other sequences add to the step's batch."""
         k_max = self.k_max if limit is None else max(0, min(self.k_max, limit))
         if 0 < self.undrafted_run < self.probe_every and self.undrafted_run % PAUSED_AFTER:
             # paused: the acceptance has not changed since; look again every few steps only
@@ -201,7 +210,7 @@ class DraftController:
             # not measured yet on this machine: a drafted step, then a plain one
             k = 0 if self._last_drafted else min(self.start_k, k_max)
         else:
-            k = self.best_k(k_max)
+            k = self.best_k(k_max, others)
             if k > 0 and self.drafting_loses():
                 k = 0  # the cost model promises more than drafting achieves: plain steps, probes later
             if k == 0 and self.undrafted_run >= self.probe_every and k_max >= 1:

@@ -11,25 +11,24 @@ Sampling: each draft is sampled from the drafter's distribution q, which verific
 
 from __future__ import annotations
 
-import time
-
 from ..sampling import distribution, greedy_token, processed, sample_from
-from .base import DecodeState
+from typing import Generator
+
+from .base import DecodeState, DraftRow
 
 
-def draft(st: DecodeState, k: int) -> tuple[list[int], list | None]:
-    """Up to k drafts, and for sampling the distribution each was drawn from. Records the
-    cost of a draft step."""
-    p, dr = st.params, st.rt.drafter
+def draft(st: DecodeState, k: int) -> Generator[DraftRow, tuple, tuple[list[int], list | None]]:
+    """Up to k drafts, and for sampling the distribution each was drawn from (a generator:
+    each draft step is one row of a drafter batch, see base.py)."""
+    p = st.params
     drafts: list[int] = []
     q_dists = [] if not p.greedy else None
-    dr.h[:] = st.pending_h
+    h = st.pending_h
     tok, pos0 = st.id_last, st.n_past
-    t0 = time.perf_counter()
     dg = st.grammar.clone() if st.grammar is not None and p.greedy and k else None
     try:
         for _ in range(k):
-            logits = dr.step(tok, pos0)
+            logits, h = yield DraftRow(tok, pos0, h)
             if dg is not None:
                 tok = dg.best(processed(logits, st.recent(drafts), p), full=False)
                 if tok < 0:
@@ -45,6 +44,4 @@ def draft(st: DecodeState, k: int) -> tuple[list[int], list | None]:
     finally:
         if dg is not None:
             dg.close()
-    if k:
-        st.costs.record_draft((time.perf_counter() - t0) / k)
     return drafts, q_dists

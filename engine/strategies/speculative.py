@@ -27,7 +27,7 @@ from ..generation import AUTO
 from ..runtime import MAX_OUTPUTS
 from ..sampling import prob_of, sample_residual
 from . import mtp
-from .base import DecodeState, DecodeStrategy, Step
+from .base import DecodeState, DecodeStrategy, Step, StepRun, TargetRows
 from .draft_control import AUTO_K_MAX, DraftController
 from .lookup import MAX_RUN, NgramIndex
 
@@ -62,7 +62,6 @@ class Speculative(DecodeStrategy):
         return AUTO if self.adaptive else self.draft_max
 
     def prepare(self, st: DecodeState) -> None:
-        st.rt.target.set_hidden_output(self.use_mtp)
         if self.adaptive and self.use_mtp:
             self.controller = DraftController(st.costs, self.draft_max)
         if self.use_lookup:
@@ -77,30 +76,32 @@ class Speculative(DecodeStrategy):
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
             return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
-        k_m = self.controller.choose(limit) if self.controller is not None else 0
-        k_l = self.lookup_controller.choose(len(proposal)) if proposal else 0
+        k_m = self.controller.choose(limit, st.others) if self.controller is not None else 0
+        k_l = self.lookup_controller.choose(len(proposal), st.others) if proposal else 0
         if k_l and k_m and st.costs.ready(need_draft=True):
-            r_m = self.controller.expected_rates(k_m)[k_m]
-            r_l = self.lookup_controller.expected_rates(k_l)[k_l]
+            r_m = self.controller.expected_rates(k_m, others=st.others)[k_m]
+            r_l = self.lookup_controller.expected_rates(k_l, others=st.others)[k_l]
             return ("lookup", k_l) if r_l >= r_m else ("mtp", k_m)
         if k_l:
             return "lookup", k_l
         return ("mtp", k_m) if k_m else ("", 0)
 
-    def step(self, st: DecodeState, budget: int) -> Step:
+    def step(self, st: DecodeState, budget: int) -> StepRun:
         rt = st.rt
         # the verify batch writes positions n_past .. n_past+k, which must fit the context
-        # and one ubatch (see Runtime: rollback safety of the sliding-window cache)
-        limit = max(0, min(budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1))
+        # and one ubatch (see Runtime: rollback safety of the sliding-window cache), and the
+        # rows the scheduler leaves this sequence in the step's batch
+        limit = max(0, min(budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1, st.room - 1))
         t0 = time.perf_counter()
         proposal = self.index.propose(st.tokens, min(limit, MAX_RUN)) if self.index is not None else []
         source, k = self._choose(st, limit, proposal)
+        st.planned = k + 1
         q_dists = None
         if source == "mtp":
-            drafts, q_dists = mtp.draft(st, k)
+            drafts, q_dists = yield from mtp.draft(st, k)
         else:
             drafts = proposal[:k]
-        n_acc, new = verify(st, drafts, q_dists, self.use_mtp)
+        n_acc, new = yield from verify(st, drafts, q_dists, self.use_mtp)
         k = len(drafts)
         s = st.stats
         s.steps += 1
@@ -123,19 +124,19 @@ class Speculative(DecodeStrategy):
         return Step(new, [True] * n_acc + [False], source if k else "")
 
 
-def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: bool) -> tuple[int, list[int]]:
+def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: bool):
     """The target checks [id_last] + drafts in one batch and keeps the longest agreeing prefix
     plus one token of its own (see the module's docstring). q_dists: the distribution each
-    draft was sampled from; None for greedy drafts and lookup's point proposals. Returns the
-    number accepted and the new tokens; st, the cache and the measured costs are updated."""
-    p, tgt = st.params, st.rt.target
+    draft was sampled from; None for greedy drafts and lookup's point proposals. A generator
+    (the rows go into the step's batch); returns the number accepted and the new tokens, with
+    st and the cache updated."""
+    p = st.params
     k, pos0 = len(drafts), st.n_past
-    t1, cpu1 = time.perf_counter(), time.process_time()
-    tgt.decode([st.id_last] + drafts, pos0, outputs="all")
+    tgt = yield TargetRows([st.id_last] + drafts, pos0, "all")
 
     n_acc = 0
     if p.greedy and p.plain and st.grammar is None and st.top_logprobs < 0:
-        best = np.argmax(tgt.logits_rows(k + 1), axis=1)
+        best = np.argmax(tgt.block(k + 1), axis=1)
         while n_acc < k and best[n_acc] == drafts[n_acc]:
             n_acc += 1
         bonus = int(best[n_acc])
@@ -169,8 +170,5 @@ def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: boo
     st.tokens.extend(new)
     st.n_past = pos0 + 1 + n_acc
     if n_acc < k:
-        tgt.truncate(st.n_past)
-    # wall time, Python included: what a choice of k really costs on this machine (and the
-    # process's CPU time, which tells a stall of the machine from the cost of the batch)
-    st.costs.record_batch(k + 1, time.perf_counter() - t1, time.process_time() - cpu1)
+        st.rt.target.truncate(st.n_past, st.seq)
     return n_acc, new

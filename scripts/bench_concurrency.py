@@ -1,0 +1,125 @@
+"""Several clients at once, side by side in one run: `tandem serve --parallel N` (drafting auto,
+and off per request) against llama-server `-np N` with the same files (draft-mtp, and no
+drafter). Aggregate tokens per second over all clients and the slowest client's time, at each
+concurrency level.
+
+    .venv/bin/python scripts/bench_concurrency.py -m TARGET.gguf -d DRAFTER.gguf [--levels 1 2 4 8]
+        [--max-tokens 64] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.load_bench import load_table, run_load  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc, port, timeout=300):
+    t = time.time()
+    while time.time() - t < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode})")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("server did not start")
+
+
+def serve(args, cmd, port):
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "LLAMA_ARG_N_GPU_LAYERS": str(args.gpu_layers)})
+    try:
+        wait_ready(proc, port)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def measure(url, levels, max_tokens, extra=None):
+    run_load(url, 1, 8, extra_body=extra)  # warm-up: graphs built, costs measured
+    return [run_load(url, n, max_tokens, extra_body=extra) for n in levels]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-d", "--drafter", required=True)
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--gpu-layers", type=int, default=0)
+    ap.add_argument("--drafter-gpu-layers", type=int, default=0)
+    ap.add_argument("--draft-n", type=int, default=3, help="llama-server's draft-mtp length (default 3)")
+    ap.add_argument("--llama-server", help="the binary (default: built from the vendored sources)")
+    ap.add_argument("--only", choices=["tandem", "llama"])
+    args = ap.parse_args()
+    n = max(args.levels)
+    threads = args.threads or (os.cpu_count() or 2)
+    rows = {}
+    if args.only != "llama":
+        port = free_port()
+        tandem = Path(sys.executable).parent / "tandem"
+        cmd = [str(tandem), "serve", "-m", args.model, "-d", args.drafter, "--port", str(port), "--parallel", str(n),
+               "--queue", str(n), "--ctx", str(args.ctx), "--gpu-layers", str(args.gpu_layers),
+               "--drafter-gpu-layers", str(args.drafter_gpu_layers)] + (["--threads", str(args.threads)]
+                                                                        if args.threads else [])
+        proc = serve(args, cmd, port)
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            rows["Tandem serve, MTP auto"] = measure(url, args.levels, args.max_tokens)
+            rows["Tandem serve, no drafter"] = measure(url, args.levels, args.max_tokens, {"tandem": {"mtp": False}})
+        finally:
+            stop(proc)
+    if args.only != "tandem":
+        binary = args.llama_server or subprocess.run(
+            ["bash", str(ROOT / "packaging" / "build-llama-server.sh")], capture_output=True, text=True,
+            check=True).stdout.strip().splitlines()[-1]
+        for name, extra in ((f"llama-server -np {n}, draft-mtp k={args.draft_n}",
+                             ["--model-draft", args.drafter, "--spec-type", "draft-mtp",
+                              "--spec-draft-n-max", str(args.draft_n), "-ngld", str(args.drafter_gpu_layers)]),
+                            (f"llama-server -np {n}, no drafter", [])):
+            port = free_port()
+            cmd = [binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-c", str(args.ctx),
+                   "-t", str(threads), "-np", str(n), "--no-webui", "-ngl", str(args.gpu_layers)] + extra
+            proc = serve(args, cmd, port)
+            try:
+                rows[name] = measure(f"http://127.0.0.1:{port}/v1", args.levels, args.max_tokens)
+            finally:
+                stop(proc)
+    print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy")
+    print(load_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
