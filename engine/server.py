@@ -309,7 +309,7 @@ async def _wait_turn(state: ServerState, gone: Callable | None) -> None:
 async def _generate(state: ServerState, start: Callable, gone: Callable | None = None):
     """The engine's events for one request, on a worker thread, in turn with the others.
     `gone`: async, true once the client has disconnected."""
-    if state.waiting >= state.queue_size:
+    if state.running + state.waiting >= state.parallel + state.queue_size:
         waiting = f"{state.queue_size} request{'' if state.queue_size == 1 else 's'} waiting"
         raise ApiError(503, f"The server is busy ({waiting}); try again shortly",
                        "server_error", "queue_full")
@@ -325,7 +325,7 @@ async def _generate(state: ServerState, start: Callable, gone: Callable | None =
     if engine is None:
         state.turn.release()
         raise ApiError(503, "No model is loaded", "server_error", "no_model")
-    state.running += 1
+    state.running += 1  # from the turn's acquiring on: a request counts once, waiting or running
 
     stop = threading.Event()  # this request's own: it never stops the next holder of the engine's turn
 

@@ -151,3 +151,102 @@ def test_next_turn_goes_to_its_cached_prefix(batched):
         res = e.run(nxt, GenerationConfig(max_tokens=4, use_mtp=False))
         # everything but the reply's last token (never decoded) was cached
         assert res.stats.reused_tokens == len(p) + len(r.tokens) - 1, (res.stats.reused_tokens, len(p))
+
+
+def test_tandem_serve_decodes_requests_together(tiny):
+    """The installed `tandem serve --parallel 4`: 8 streaming clients at once (4 decode, 4
+    queue) each get their solo answer and their own usage; a client that leaves mid-reply does
+    not disturb the others; beyond the queue a 503 says when to retry."""
+    import sys
+    from pathlib import Path
+
+    import openai
+
+    from .test_serve import Serve
+
+    tandem = Path(sys.executable).parent / "tandem"
+    s = Serve(tiny, "--parallel", "4", "--queue", "4", "--draft-max", "3", command=[str(tandem)])
+    try:
+        c = openai.OpenAI(base_url=s.url, api_key="none", max_retries=0, timeout=120)
+        msgs = [[{"role": "user", "content": p}] for p in PROMPTS]
+
+        def ask(m, n=48):
+            text, usage = [], None
+            for chunk in c.chat.completions.create(model="tiny-target", messages=m, max_tokens=n, stream=True,
+                                                   temperature=0, stream_options={"include_usage": True}):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text.append(chunk.choices[0].delta.content)
+                if chunk.usage is not None:
+                    usage = chunk.usage
+            return "".join(text), usage
+
+        solo = [ask(m) for m in msgs]
+        got = [None] * len(msgs)
+        go = threading.Barrier(len(msgs) + 1)
+
+        def client_thread(i):
+            go.wait()
+            got[i] = ask(msgs[i])
+
+        threads = [threading.Thread(target=client_thread, args=(i,)) for i in range(len(msgs))]
+        for t in threads:
+            t.start()
+        go.wait()
+        seen_running = 0
+        while any(t.is_alive() for t in threads):
+            seen_running = max(seen_running, s.health()["generating"])
+            time.sleep(0.02)
+        assert seen_running > 1  # they really ran together
+        differ = [i for i in range(len(msgs)) if got[i][0] != solo[i][0]]
+        assert len(differ) <= 2, differ  # near-ties of batched rounding at most (checked in-process above)
+        for (text, usage), (_, solo_usage) in zip(got, solo):
+            assert usage.prompt_tokens == solo_usage.prompt_tokens and 1 <= usage.completion_tokens <= 48
+
+        # a client that leaves mid-reply: the others finish whole, as they would alone
+        alone = {i: ask(msgs[i], 300) for i in (0, 2)}
+        out = {}
+
+        def long_ask(i):
+            out[i] = ask(msgs[i], 300)
+
+        keep = [threading.Thread(target=long_ask, args=(i,)) for i in (0, 2)]
+        for t in keep:
+            t.start()
+        with httpx.stream("POST", f"{s.url}/chat/completions", timeout=60,
+                          json={"model": "tiny-target", "messages": msgs[1], "max_tokens": 300, "stream": True}) as r:
+            for i, _ in enumerate(r.iter_lines()):
+                if i > 5:
+                    break
+        for t in keep:
+            t.join(120)
+        for i in (0, 2):
+            assert out[i][1].completion_tokens == alone[i][1].completion_tokens
+            assert out[i][0] == alone[i][0]
+
+        # 4 running + 4 queued: the next ones are refused at once, with a time to retry
+        release = threading.Event()
+
+        def hold(i):
+            with httpx.stream("POST", f"{s.url}/chat/completions", timeout=120,
+                              json={"model": "tiny-target", "messages": msgs[i], "max_tokens": 4000,
+                                    "stream": True}) as r:
+                for _ in r.iter_lines():
+                    if release.is_set():
+                        break
+
+        holders = [threading.Thread(target=hold, args=(i,)) for i in range(8)]
+        for t in holders:
+            t.start()
+        t0 = time.time()
+        while (s.health()["generating"], s.health()["waiting"]) != (4, 4) and time.time() - t0 < 60:
+            time.sleep(0.05)
+        assert (s.health()["generating"], s.health()["waiting"]) == (4, 4)
+        refused = [httpx.post(f"{s.url}/chat/completions", timeout=30,
+                              json={"model": "tiny-target", "messages": msgs[0], "max_tokens": 5}) for _ in range(2)]
+        release.set()
+        for t in holders:
+            t.join(120)
+        assert [r.status_code for r in refused] == [503, 503]
+        assert refused[0].headers["retry-after"] == "1" and refused[0].json()["error"]["code"] == "queue_full"
+    finally:
+        s.stop()
