@@ -400,7 +400,7 @@ def cmd_bench(args) -> int:
 def _bench_load(args) -> int:
     """Several clients at once: tandem serve with drafting on and off (per request), or a server
     and its --baseline-server."""
-    from .load_bench import load_table, run_load
+    from .load_bench import load_table, measure_levels
 
     mtp = _load(args)  # checks the server and finds its model
     try:
@@ -417,15 +417,13 @@ def _bench_load(args) -> int:
     print(f"{model} at {url}: {args.max_tokens} tokens per client, greedy\n", flush=True)
     rows = {}
     for name, (base, extra) in sides.items():
-        rows[name] = []
-        for n in args.concurrency:
-            print(f"\r  {name}: {n} clients{'':<10}", end="", file=sys.stderr, flush=True)
-            rows[name].append(run_load(base, n, args.max_tokens, args.api_key, model, extra))
+        print(f"\r  {name}{'':<20}", end="", file=sys.stderr, flush=True)
+        rows[name] = measure_levels(base, args.concurrency, args.max_tokens, args.api_key, model, extra)
     print("\r", end="", file=sys.stderr)
     print(load_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({k: [vars(r) | {"tps": r.tps} for r in v] for k, v in rows.items()}, f, indent=2)
+            json.dump({k: [{**vars(r), "tps": r.tps} for r in v] for k, v in rows.items()}, f, indent=2)
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LOAD_PROMPTS = (
     "Explain how a hash map handles collisions.",
@@ -29,6 +29,8 @@ class LoadResult:
     seconds: float  # from the first request sent to the last reply's end
     slowest_s: float  # the slowest client's whole reply
     errors: int = 0
+    texts: list = field(default_factory=list)  # each client's reply
+    same: int | None = None  # of them, how many equal the prompt's reply alone (set by `compare_alone`)
 
     @property
     def tps(self) -> float:
@@ -45,7 +47,7 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
     if model is None:
         model = client.models.list().data[0].id
     start = threading.Barrier(clients + 1)
-    tokens, times, errors = [0] * clients, [0.0] * clients, [0]
+    tokens, times, errors, texts = [0] * clients, [0.0] * clients, [0], [""] * clients
 
     def one(i: int) -> None:
         start.wait()
@@ -55,9 +57,13 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
                 model=model, stream=True, max_tokens=max_tokens, temperature=0.0,
                 stream_options={"include_usage": True}, extra_body=extra_body or None,
                 messages=[{"role": "user", "content": prompts[i % len(prompts)]}])
+            parts = []
             for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    parts.append(chunk.choices[0].delta.content)
                 if chunk.usage is not None:
                     tokens[i] = chunk.usage.completion_tokens
+            texts[i] = "".join(parts)
         except openai.OpenAIError:
             errors[0] += 1
         times[i] = time.perf_counter() - t0
@@ -69,15 +75,36 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
     t0 = time.perf_counter()
     for t in threads:
         t.join()
-    return LoadResult(clients, sum(tokens), time.perf_counter() - t0, max(times), errors[0])
+    return LoadResult(clients, sum(tokens), time.perf_counter() - t0, max(times), errors[0], texts)
+
+
+def compare_alone(results: list[LoadResult], alone: list[str]) -> None:
+    """How many replies under load equal the same prompt's reply alone (greedy: all of them,
+    but for the rounding near-ties batched decoding has)."""
+    for r in results:
+        r.same = sum(t == alone[i % len(alone)] for i, t in enumerate(r.texts))
+
+
+def measure_levels(base_url: str, levels, max_tokens: int = 64, api_key: str | None = None,
+                   model: str | None = None, extra_body: dict | None = None) -> list[LoadResult]:
+    """A warm-up, each prompt alone (the replies to compare with), then every level."""
+    run_load(base_url, 1, 8, api_key, model, extra_body)  # graphs built, costs measured
+    alone = [run_load(base_url, 1, max_tokens, api_key, model, extra_body, prompts=(p,)).texts[0]
+             for p in LOAD_PROMPTS[:max(levels)]]
+    results = [run_load(base_url, n, max_tokens, api_key, model, extra_body) for n in levels]
+    compare_alone(results, alone)
+    return results
 
 
 def load_table(rows: dict[str, list[LoadResult]]) -> str:
     """One line per server and level: aggregate tok/s, its ratio to one client, the slowest."""
-    out = [f"{'server':<34} {'clients':>7} {'tok/s':>8} {'vs 1':>6} {'slowest s':>10} {'errors':>6}"]
+    out = [f"{'server':<34} {'clients':>7} {'tok/s':>8} {'vs 1':>6} {'slowest s':>10} {'errors':>6} "
+           f"{'as alone':>8}"]
     for name, results in rows.items():
         one = next((r.tps for r in results if r.clients == 1), None)
         for r in results:
             ratio = f"{r.tps / one:.2f}x" if one else "-"
-            out.append(f"{name:<34} {r.clients:>7} {r.tps:>8.1f} {ratio:>6} {r.slowest_s:>10.2f} {r.errors:>6}")
+            same = f"{r.same}/{r.clients}" if r.same is not None else "-"
+            out.append(f"{name:<34} {r.clients:>7} {r.tps:>8.1f} {ratio:>6} {r.slowest_s:>10.2f} {r.errors:>6} "
+                       f"{same:>8}")
     return "\n".join(out)

@@ -22,7 +22,7 @@ import httpx2 as httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.load_bench import load_table, run_load  # noqa: E402
+from engine.load_bench import load_table, measure_levels  # noqa: E402
 
 
 def free_port() -> int:
@@ -64,11 +64,6 @@ def stop(proc):
         proc.kill()
 
 
-def measure(url, levels, max_tokens, extra=None):
-    run_load(url, 1, 8, extra_body=extra)  # warm-up: graphs built, costs measured
-    return [run_load(url, n, max_tokens, extra_body=extra) for n in levels]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True)
@@ -96,8 +91,9 @@ def main() -> int:
         proc = serve(args, cmd, port)
         try:
             url = f"http://127.0.0.1:{port}/v1"
-            rows["Tandem serve, MTP auto"] = measure(url, args.levels, args.max_tokens)
-            rows["Tandem serve, no drafter"] = measure(url, args.levels, args.max_tokens, {"tandem": {"mtp": False}})
+            rows["Tandem serve, MTP auto"] = measure_levels(url, args.levels, args.max_tokens)
+            rows["Tandem serve, no drafter"] = measure_levels(url, args.levels, args.max_tokens,
+                                                                 extra_body={"tandem": {"mtp": False}})
         finally:
             stop(proc)
     if args.only != "tandem":
@@ -113,7 +109,7 @@ def main() -> int:
                    "-t", str(threads), "-np", str(n), "--no-webui", "-ngl", str(args.gpu_layers)] + extra
             proc = serve(args, cmd, port)
             try:
-                rows[name] = measure(f"http://127.0.0.1:{port}/v1", args.levels, args.max_tokens)
+                rows[name] = measure_levels(f"http://127.0.0.1:{port}/v1", args.levels, args.max_tokens)
             finally:
                 stop(proc)
     print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy")

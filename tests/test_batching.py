@@ -248,5 +248,17 @@ def test_tandem_serve_decodes_requests_together(tiny):
             t.join(120)
         assert [r.status_code for r in refused] == [503, 503]
         assert refused[0].headers["retry-after"] == "1" and refused[0].json()["error"]["code"] == "queue_full"
+
+        # the README's load benchmark, against this server: drafting on and off, 1 and 3 clients
+        import subprocess
+
+        out = subprocess.run([str(tandem), "bench", "--server", s.url, "--concurrency", "1", "3", "--max-tokens", "16",
+                              "--draft-max", "3"], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith("tandem ")]
+        names = [(" ".join(r[:-6]), r[-6]) for r in rows]
+        assert names == [("tandem drafting", "1"), ("tandem drafting", "3"), ("tandem no drafting", "1"),
+                         ("tandem no drafting", "3")], out.stdout
+        assert all(r[-1] in ("1/1", "3/3", "2/3") and r[-2] == "0" for r in rows), out.stdout  # errors 0, as alone
     finally:
         s.stop()
