@@ -49,9 +49,7 @@ class Engine(Backend):
         self.turn = threading.BoundedSemaphore(runtime.n_seq)
         self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
-        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._piece, self._reusable)
-        self.scheduler.costs = self.costs
-        self.scheduler.is_eog = self.is_eog
+        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, self.costs, self.is_eog)
         self.closed = False
         self.prompts = Prompts(runtime.vocab, runtime.target_model, runtime.n_ctx)
         self.template = self.prompts.template

@@ -3,7 +3,7 @@ every step decodes ONE target batch holding each sequence's part — a plain row
 its drafts, or a chunk of a new prompt — after the drafter's rows of every drafting sequence
 went through the drafter as batches of their own (one per draft position).
 
-    scheduler = Scheduler(runtime, new_sequence_state, n_slots)
+    scheduler = Scheduler(runtime, new_sequence_state, n_slots, reusable, costs, is_eog)
     seq = scheduler.submit(job)          # from any thread
     for ev in seq.stream(): ...          # GenerationEvents, made on the scheduler's thread
 
@@ -29,6 +29,7 @@ from .errors import EngineError
 from .generation import GenerationConfig, GenerationEvent
 from .stats import GenerationStats
 from .strategies.base import DecodeState, DecodeStrategy, DraftRow, Rows, Step, TargetRows
+from .strategies.draft_control import AUTO_K_MAX
 from .text import TextAssembler
 
 # rows a prompt chunk may take while other sequences stream: small enough that their steps
@@ -78,6 +79,7 @@ class Sequence:
         self.finish: str | None = None
         self.t_start = self.t_first = 0.0
         self.llama0 = self.draft0 = 0.0
+        self.last_rows = self.last_tokens = 1  # its latest step's target rows and tokens
 
     def stream(self) -> Iterator[GenerationEvent]:
         return _Stream(self)
@@ -115,11 +117,13 @@ class _Stream:
 
 
 class Scheduler:
-    def __init__(self, rt, prepare: Callable[[Sequence], None], n_slots: int, piece_text: Callable,
-                 reusable: Callable[[int, int], int]):
+    def __init__(self, rt, prepare: Callable[[Sequence], None], n_slots: int, reusable: Callable[[int, int], int],
+                 costs, is_eog: Callable[[int], bool]):
         self.rt = rt
         self.prepare = prepare  # makes a sequence's DecodeState (in the scheduler's thread)
-        self.piece_text = piece_text
+        self.costs = costs  # the engine's CostModel: what batches and draft steps cost here
+        self.is_eog = is_eog
+        self.projector = None  # the engine's Projector, when pictures or sounds are loaded
         self.reusable = reusable  # (slot seq id, prefix length) -> how much of it can be reused
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: list[Sequence] = []
@@ -327,18 +331,25 @@ class Scheduler:
         if cells < len(decoders) + bool(prefills):
             self._evict(len(decoders) + bool(prefills) - cells)
             cells = rt.n_ctx - self._cells()
+        joint = self._joint_mtp_k(decoders, min(room, outputs, cells))
         rows = 0
         for i, seq in enumerate(decoders):
             st = seq.st
-            after = len(decoders) - i - 1  # a row each for the decoders still to choose
+            after = len(decoders) - i - 1  # a row each, at least, for the decoders still to choose
             left = min(room, outputs, cells) - rows - after
             if left < 1 or st.n_past + 1 > st.n_ctx:  # its context, or the shared one, is full
                 self._finish(seq, "context")
                 continue
-            st.others, st.room, st.planned = rows + after, left, 1
+            # what the others' rows will be: those chosen so far, and the rest as at their last
+            # step (so each sequence's choice sees the batch the others make, drafts included)
+            later = decoders[i + 1:]
+            st.others = rows + sum(s.last_rows for s in later)
+            st.others_tokens = sum(s.last_tokens for s in decoders if s is not seq)
+            st.room, st.planned, st.mtp_k = left, 1, joint
             seq.step = seq.job.strategy.step(st, seq.job.config.max_tokens - st.stats.generated_tokens)
             self._advance(seq, None)
             rows += st.planned
+            seq.last_rows = st.planned
         self._draft()
         tgt.begin()
         parts = []  # (sequence, its rows, a prompt chunk or None)
@@ -372,8 +383,6 @@ class Scheduler:
             if seq in self.running:
                 self._after_step(seq)
 
-    costs = None  # the engine's CostModel (set by the engine)
-
     def _advance(self, seq: Sequence, value) -> None:
         """Run a sequence's step until it asks for something (seq.wants) or is done."""
         try:
@@ -383,6 +392,30 @@ class Scheduler:
         except BaseException as e:
             seq.step = None
             self._fail(seq, e)
+
+    def _joint_mtp_k(self, decoders: list[Sequence], room: int) -> int | None:
+        """One MTP draft length for every sequence drafting with auto, when there are several:
+        the k whose whole batch gives the most expected tokens per second, from each sequence's
+        own acceptance and the measured cost of the batch (a CPU's kernels cost per row very
+        unevenly with the batch size, so each choosing alone against the others' rows drifts
+        to sizes that pay for nobody). None: each sequence chooses alone (also where the best
+        is not to draft: its controller then probes now and then)."""
+        ctl = [s for s in decoders if getattr(s.job.strategy, "controller", None) is not None]
+        if len(ctl) < 2 or not self.costs.ready():
+            return None
+        rest = [s for s in decoders if s not in ctl]
+        others, others_tok = sum(s.last_rows for s in rest), sum(s.last_tokens for s in rest)
+        acc = [s.job.strategy.controller.acceptance() for s in ctl]
+        best, best_rate = 0, 0.0
+        for k in range(0, AUTO_K_MAX + 1):
+            rows = others + len(ctl) * (k + 1)
+            if rows > room:
+                break
+            tokens = others_tok + sum(s.job.strategy.controller.expected_tokens(k, a) for s, a in zip(ctl, acc))
+            rate = tokens / (self.costs.batch_cost(rows) + k * len(ctl) * (self.costs.draft or 0.0))
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best or None
 
     def _draft(self) -> None:
         """The drafter's rows of every drafting sequence, one batch per draft position."""
@@ -395,7 +428,9 @@ class Scheduler:
                 dr.h_rows[i] = seq.wants.h
             t0 = time.perf_counter()
             dr.step_rows([(s.wants.token, s.wants.pos, s.st.seq) for s in asking])
-            self.costs.record_draft(time.perf_counter() - t0)
+            # per drafting sequence: what one more sequence's draft step adds to the batch (alone,
+            # the whole step)
+            self.costs.record_draft((time.perf_counter() - t0) / len(asking))
             for i, seq in enumerate(asking):
                 self._advance(seq, (dr.logits(i), dr.h_out(i)))
 
@@ -421,8 +456,6 @@ class Scheduler:
         while n < min(room, len(todo)) and todo[n] >= 0:
             n += 1
         return todo[:n] if n else None
-
-    projector = None  # the engine's Projector, when pictures or sounds are loaded
 
     def _prefilled(self, seq: Sequence, chunk: list[int], rows: Rows) -> None:
         st = seq.st
@@ -461,6 +494,7 @@ class Scheduler:
             is_first = True
         elif seq.step is None and isinstance(seq.wants, Step):
             step, seq.wants, is_first = seq.wants, None, False
+            seq.last_tokens = len(step.tokens)
         else:
             return
         st, job = seq.st, seq.job
@@ -513,8 +547,6 @@ class Scheduler:
             self._release(seq, finish)
         elif st.n_past + 1 > st.n_ctx:
             self._finish(seq, "context")
-
-    is_eog: Callable[[int], bool] = staticmethod(lambda tok: False)  # set by the engine
 
     def _finish(self, seq: Sequence, finish: str) -> None:
         """An end that no step made (a stop, the context): one last empty event."""

@@ -210,3 +210,45 @@ def test_chooses_only_among_the_lengths_it_is_given():
     assert ctl.choose() == 7
     assert ctl.choose(limit=5) == 5  # a proposal of 5 tokens is checked whole
     assert DraftController(costs, 15, free_drafts=True).best_k(15) > 7  # without a list: any length
+
+
+def _costs(batch_ms, draft_ms):
+    """A CostModel that has measured these batch sizes (rows -> ms) and draft step."""
+    c = CostModel()
+    for rows, ms in batch_ms.items():
+        for _ in range(4):  # the first sample of a size is dropped (it builds the graph)
+            c.record_batch(rows, ms * MS)
+    for _ in range(3):
+        c.record_draft(draft_ms * MS)
+    return c
+
+
+def _joint_k(costs, n_seqs, acceptance=0.9):
+    """The scheduler's one MTP draft length for n sequences drafting with auto."""
+    from types import SimpleNamespace
+
+    from engine.scheduler import Scheduler
+
+    sched = Scheduler(None, None, 0, None, costs, None)
+    seqs = []
+    for _ in range(n_seqs):
+        ctl = DraftController(costs)
+        ctl.accepted, ctl.seen = [acceptance * 100] * ctl.k_max, [100.0] * ctl.k_max
+        seqs.append(SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(controller=ctl)),
+                                    last_rows=1, last_tokens=1))
+    return sched._joint_mtp_k(seqs, 512)
+
+
+def test_sequences_drafting_together_share_one_length_from_the_whole_batchs_cost():
+    """Several sequences drafting with auto draft one length, chosen for the whole batch: on
+    a GPU (rows nearly free) long drafts; on a CPU whose rows cost linearly, none (each then
+    decides alone and probes); on a CPU whose kernels pay per row at 32 rows, the length that
+    makes 8 sequences' batch 32 rows, though 9 to 31 rows cost more per row."""
+    gpu = _costs({n: 8 + 0.05 * n for n in range(1, 80)}, 0.5)
+    assert _joint_k(gpu, 4) >= 5
+    linear = _costs({n: 30 * n for n in range(1, 80)}, 4)
+    assert _joint_k(linear, 8) is None
+    tiles = {n: 30 * n for n in range(1, 80)}
+    tiles[32] = 400  # 8 sequences x (k=3 + 1): 12.5 ms a row instead of 30
+    assert _joint_k(_costs(tiles, 4), 8) == 3
+    assert _joint_k(gpu, 1) is None  # one sequence: its own controller

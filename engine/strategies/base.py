@@ -41,7 +41,9 @@ class DecodeState:
     seq: int = 0  # the sequence's id in the target's cache
     room: int = 1 << 30  # the most target rows this step may add to the batch (set per step)
     others: int = 0  # target rows the other sequences add to this step's batch (what extra rows cost)
+    others_tokens: float | None = None  # the tokens those rows should give (None: one a row)
     planned: int = 1  # the target rows this step will ask for (set by the step before it drafts)
+    mtp_k: int | None = None  # auto's MTP draft length, when the scheduler chose one for several sequences
 
     @property
     def id_last(self) -> int:

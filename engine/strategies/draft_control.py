@@ -174,32 +174,45 @@ class DraftController:
             prev = a
         return out
 
-    def expected_rates(self, k_max: int, acceptance: list[float] | None = None, others: int = 0) -> list[float]:
+    def expected_tokens(self, k: int, acceptance: list[float] | None = None) -> float:
+        """E(k): the tokens a step drafting k is expected to give (the target's own included)."""
+        a = acceptance if acceptance is not None else self.acceptance()
+        tokens, p = 1.0, 1.0
+        for i in range(k):
+            p *= a[i]
+            tokens += p
+        return tokens
+
+    def expected_rates(self, k_max: int, acceptance: list[float] | None = None, others: int = 0,
+                       others_tokens: float | None = None) -> list[float]:
         """E(k) / T(k), expected tokens per second, for k = 0..k_max (costs must be ready).
-        `others`: rows the other sequences put in the same batch (a token each): the rate is
-        the whole batch's, so extra rows pay only where they cost little next to the batch (on
-        a CPU drafting fades as the batch fills; on a GPU, where rows are nearly free, not)."""
+        `others`: rows the other sequences put in the same batch, expected to give
+        `others_tokens` tokens (default one a row): the rate is the whole batch's, so extra rows
+        pay where they cost little next to the batch — on a CPU drafting fades as the batch
+        fills, until batches are large enough for the matrix kernels to pay per row again; on a
+        GPU, where rows are nearly free, it stays."""
         a = acceptance if acceptance is not None else self.acceptance()
         draft = 0.0 if self.free_drafts else self.costs.draft or 0.0
         cost = self.costs.batch_cost
-        rates, tokens, p = [(others + 1.0) / cost(others + 1)], 1.0, 1.0
+        base = float(others if others_tokens is None else others_tokens)
+        rates, tokens, p = [(base + 1.0) / cost(others + 1)], 1.0, 1.0
         for k in range(1, k_max + 1):
             p *= a[k - 1]
             tokens += p
-            rates.append((others + tokens) / (k * draft + cost(others + k + 1)))
+            rates.append((base + tokens) / (k * draft + cost(others + k + 1)))
         return rates
 
-    def best_k(self, k_max: int, others: int = 0) -> int:
+    def best_k(self, k_max: int, others: int = 0, others_tokens: float | None = None) -> int:
         """argmax over the allowed k (and 0) of E(k) / T(k); the shorter draft on a tie."""
-        rates = self.expected_rates(k_max, others=others)
+        rates = self.expected_rates(k_max, others=others, others_tokens=others_tokens)
         allowed = [0] + [k for k in self.lengths if k <= k_max]
         if k_max < max(self.lengths, default=0):
             allowed.append(k_max)  # a proposal shorter than the longest length is checked whole
         return max(allowed, key=lambda k: (rates[k], -k))
 
-    def choose(self, limit: int | None = None, others: int = 0) -> int:
+    def choose(self, limit: int | None = None, others: int = 0, others_tokens: float | None = None) -> int:
         """k for the next step (at most `limit`: the token budget or context left); `others`:
-        the rows other sequences add to the step's batch."""
+        the rows other sequences add to the step's batch, and the tokens they should give."""
         k_max = self.k_max if limit is None else max(0, min(self.k_max, limit))
         if 0 < self.undrafted_run < self.probe_every and self.undrafted_run % PAUSED_AFTER:
             # paused: the acceptance has not changed since; look again every few steps only
@@ -210,7 +223,7 @@ class DraftController:
             # not measured yet on this machine: a drafted step, then a plain one
             k = 0 if self._last_drafted else min(self.start_k, k_max)
         else:
-            k = self.best_k(k_max, others)
+            k = self.best_k(k_max, others, others_tokens)
             if k > 0 and self.drafting_loses():
                 k = 0  # the cost model promises more than drafting achieves: plain steps, probes later
             if k == 0 and self.undrafted_run >= self.probe_every and k_max >= 1:

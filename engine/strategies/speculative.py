@@ -76,11 +76,16 @@ class Speculative(DecodeStrategy):
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
             return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
-        k_m = self.controller.choose(limit, st.others) if self.controller is not None else 0
-        k_l = self.lookup_controller.choose(len(proposal), st.others) if proposal else 0
+        if self.controller is None:
+            k_m = 0
+        elif st.mtp_k is not None:  # chosen with the other sequences drafting in the same step
+            k_m = min(st.mtp_k, limit)
+        else:
+            k_m = self.controller.choose(limit, st.others, st.others_tokens)
+        k_l = self.lookup_controller.choose(len(proposal), st.others, st.others_tokens) if proposal else 0
         if k_l and k_m and st.costs.ready(need_draft=True):
-            r_m = self.controller.expected_rates(k_m, others=st.others)[k_m]
-            r_l = self.lookup_controller.expected_rates(k_l, others=st.others)[k_l]
+            r_m = self.controller.expected_rates(k_m, others=st.others, others_tokens=st.others_tokens)[k_m]
+            r_l = self.lookup_controller.expected_rates(k_l, others=st.others, others_tokens=st.others_tokens)[k_l]
             return ("lookup", k_l) if r_l >= r_m else ("mtp", k_m)
         if k_l:
             return "lookup", k_l
