@@ -4,7 +4,7 @@ projector's are media.py's).
 `Runtime` loads a target (any architecture llama.cpp knows) and optionally a Gemma 4 MTP
 drafter whose context is linked to the target's (`ctx_other`) so it reads the target's KV
 cache and hidden state. `TargetRunner` and `DrafterRunner` wrap the decode calls with
-reusable batches and buffers, and time the time spent inside llama.cpp.
+reusable batches (rows of several sequences) and buffers, and time the time spent inside llama.cpp.
 """
 
 from __future__ import annotations
@@ -196,7 +196,6 @@ class DrafterRunner:
         self.ctx = ctx
         self.n_vocab = n_vocab
         self.n_embd = n_embd_out
-        self.n_rows = n_rows
         # llama_batch_init allocates `embd` but not `token` when n_embd > 0: we attach our own
         # token array and detach it again before llama_batch_free.
         self.batch = lib.llama_batch_init(n_rows, n_embd_out, 1)
@@ -209,18 +208,7 @@ class DrafterRunner:
             self.batch.seq_id[i][0] = 0
             self.batch.logits[i] = 1
         self.h_rows = np.ctypeslib.as_array(self.batch.embd, shape=(n_rows, n_embd_out))  # input rows
-        self.h = self.h_rows[0]
         self.llama_s = 0.0
-
-    def step(self, token: int, pos: int, seq: int = 0) -> np.ndarray:
-        """Run one draft step with input hidden row `self.h`; leaves the drafter's own next
-        hidden row in `self.h` and returns the logits (a view)."""
-        self._tok_arr[0] = token
-        self.batch.pos[0] = pos
-        self.batch.seq_id[0][0] = seq
-        self._run(1)
-        self.h[:] = self.h_out(0)
-        return self.logits(0)
 
     def step_rows(self, rows: list[tuple[int, int, int]]) -> None:
         """One draft step for several sequences: rows of (token, position, sequence), whose

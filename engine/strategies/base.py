@@ -154,7 +154,7 @@ class DecodeStrategy:
     needs_drafter = False
 
     def prepare(self, st: DecodeState) -> None:
-        """Called once before the first step (e.g. to switch hidden-state output on)."""
+        """Called once before the first step (e.g. to make its draft controllers)."""
 
     def step(self, st: DecodeState, budget: int) -> StepRun:
         """Produce 1..budget tokens (a generator, see the module's docstring). On return

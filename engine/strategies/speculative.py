@@ -137,17 +137,17 @@ def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: boo
     st and the cache updated."""
     p = st.params
     k, pos0 = len(drafts), st.n_past
-    tgt = yield TargetRows([st.id_last] + drafts, pos0, "all")
+    rows = yield TargetRows([st.id_last] + drafts, pos0, "all")
 
     n_acc = 0
     if p.greedy and p.plain and st.grammar is None and st.top_logprobs < 0:
-        best = np.argmax(tgt.block(k + 1), axis=1)
+        best = np.argmax(rows.block(k + 1), axis=1)
         while n_acc < k and best[n_acc] == drafts[n_acc]:
             n_acc += 1
         bonus = int(best[n_acc])
     elif p.greedy:
         while True:
-            t = st.pick(tgt.logits(n_acc), drafts[:n_acc])
+            t = st.pick(rows.logits(n_acc), drafts[:n_acc])
             if n_acc < k and t == drafts[n_acc]:
                 n_acc += 1
                 continue
@@ -156,21 +156,21 @@ def verify(st: DecodeState, drafts: list[int], q_dists: list | None, need_h: boo
     else:
         bonus = None
         while n_acc < k:
-            pd = st.distribution(tgt.logits(n_acc), drafts[:n_acc])  # within the grammar, if any
+            pd = st.distribution(rows.logits(n_acc), drafts[:n_acc])  # within the grammar, if any
             d = drafts[n_acc]
             q = q_dists[n_acc] if q_dists is not None else (np.array([d]), np.array([1.0]))
             if st.rng.random() < prob_of(*pd, d) / prob_of(*q, d):
-                st.keep(d, tgt.logits(n_acc), drafts[:n_acc])
+                st.keep(d, rows.logits(n_acc), drafts[:n_acc])
                 n_acc += 1
                 continue
             bonus = sample_residual(*pd, *q, st.rng)
-            st.keep(bonus, tgt.logits(n_acc), drafts[:n_acc])
+            st.keep(bonus, rows.logits(n_acc), drafts[:n_acc])
             break
         if bonus is None:
-            bonus = st.pick(tgt.logits(k), drafts)
+            bonus = st.pick(rows.logits(k), drafts)
 
     if need_h:  # the hidden row that produced `bonus` seeds the next step's first draft
-        tgt.hidden(n_acc, st.pending_h)
+        rows.hidden(n_acc, st.pending_h)
     new = drafts[:n_acc] + [bonus]
     st.tokens.extend(new)
     st.n_past = pos0 + 1 + n_acc
