@@ -52,7 +52,6 @@ class Engine(Backend):
         self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, self.costs, self.is_eog)
         self.closed = False
         self.prompts = Prompts(runtime.vocab, runtime.target_model, runtime.n_ctx)
-        self.template = self.prompts.template
 
     # ---- loading ---------------------------------------------------------------------
     @classmethod
@@ -98,6 +97,15 @@ class Engine(Backend):
                 self.projector = None
             self.scheduler.projector = self.prompts.projector = None
             self.rt.close()
+
+    @property
+    def template(self):
+        """The model's chat template (prompt.py renders it)."""
+        return self.prompts.template
+
+    @template.setter
+    def template(self, value) -> None:
+        self.prompts.template = value
 
     def _check_open(self) -> None:
         if self.closed:
