@@ -202,7 +202,9 @@ REMOTE = [
     '.venv/bin/tandem generate --server http://gpu-box:8080/v1 [--api-key K] [--model NAME] --json "Hello"',
     ".venv/bin/tandem bench --server http://gpu-box:8080/v1 --baseline-server http://gpu-box:8081/v1",
 ]
-RUNNERS = {*USE, *MODELS, SERVE, *REMOTE}
+LOAD = ".venv/bin/tandem bench --server http://127.0.0.1:8080/v1 --concurrency 1 2 4 8"
+LOAD_SCRIPT = ".venv/bin/python scripts/bench_concurrency.py -m T.gguf -d D.gguf [--levels 1 2 4 8] [--max-tokens 64]"
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT}
 
 
 def test_use_section(place):
@@ -244,9 +246,26 @@ def test_serve_section_and_clients_of_it(place):
                 assert json.loads(out)["engine"] == "tandem"
             else:
                 assert "speed-up" in out
+        out = run(place, concrete(LOAD, **{"http://127.0.0.1:8080/v1": server.url}) + " --max-tokens 16").stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith("tandem ")]
+        assert len(rows) == 8 and all(r[-2] == "0" for r in rows), out  # 4 levels, drafting on and off; no errors
     finally:
         out = server.stop()
     assert "Serving gemma-4-E4B-it-Q4_K_M" in out and server.proc.returncode in (0, -signal.SIGINT, 130)
+
+
+def test_load_benchmark_script(place, tiny, llama_server_bin):
+    """The README's side-by-side load benchmark, on the tiny pair: tandem serve and llama-server,
+    drafting on and off, each level's replies checked against the prompt's reply alone."""
+    args = shlex.split(concrete(LOAD_SCRIPT, **{"T.gguf": str(tiny["target"]), "D.gguf": str(tiny[1.0])}))
+    assert args[:2] == [".venv/bin/python", "scripts/bench_concurrency.py"]
+    r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--levels", "1", "2", "--max-tokens", "8",
+                        "--llama-server", llama_server_bin, "--ctx", "2048"], cwd=place["work"], env=place["env"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("Tandem serve", "llama-server"))]
+    assert len(rows) == 8, r.stdout
+    assert all(line.split()[-1] in ("1/1", "2/2") for line in rows), r.stdout  # as alone
 
 
 def test_python_api_example(place, tiny):
