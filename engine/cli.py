@@ -17,6 +17,9 @@ from .edit_suite import SUITE_CTX
 from .generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPECS
 
 EXIT_USAGE = 2
+# the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
+# (a request reserves its prompt and max_tokens of it while it runs)
+CTX_PER_SEQUENCE = 4096
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,7 +45,10 @@ class _Version(argparse.Action):
 
 def _positive(kind=int):
     def conv(s):
-        v = kind(s)
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number > 0, got {s!r}") from None
         if v <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
         return v
@@ -81,7 +87,9 @@ def _add_load_args(p, remote: bool = True):
     else:
         p.set_defaults(server=None)
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
-    p.add_argument("--ctx", type=_positive(), default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--ctx", type=_positive(), default=None,
+                   help="context size in tokens (default 4096; tandem serve: 4096 for each --parallel request, "
+                        "the requests decoding together share it)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-1 = all)")
     p.add_argument("--drafter-gpu-layers", type=int, default=0, help="drafter layers on the GPU (-1 = all)")
@@ -208,9 +216,11 @@ def _load(args):
     if not args.model:
         raise ValueError("--model is required: a GGUF file (or --server URL to use a server)")
 
-    opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads, target_gpu_layers=args.gpu_layers,
+    n_seq = getattr(args, "parallel", 1)
+    opts = LoadOptions(n_ctx=args.ctx or CTX_PER_SEQUENCE * n_seq, n_threads=args.threads,
+                       target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
-                       verbose=args.verbose, n_seq=getattr(args, "parallel", 1))
+                       verbose=args.verbose, n_seq=n_seq)
     mmproj = getattr(args, "mmproj", None)
     if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
         from .models.pairing import find_projector
@@ -351,7 +361,7 @@ def cmd_bench(args) -> int:
 
         groups = edit_groups()
         prompts = [p for group in groups.values() for p in group]
-        args.ctx = max(args.ctx, SUITE_CTX)
+        args.ctx = max(args.ctx or 0, SUITE_CTX)
     else:
         prompts = load_prompts(args.prompts)
         groups = {"": prompts}
@@ -417,9 +427,11 @@ def _bench_load(args) -> int:
     print(f"{model} at {url}: {args.max_tokens} tokens per client, greedy\n", flush=True)
     rows = {}
     for name, (base, extra) in sides.items():
-        print(f"\r  {name}{'':<20}", end="", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():  # progress for the one watching (a log would keep the carriage returns)
+            print(f"\r  {name}{'':<20}", end="", file=sys.stderr, flush=True)
         rows[name] = measure_levels(base, args.concurrency, args.max_tokens, args.api_key, model, extra)
-    print("\r", end="", file=sys.stderr)
+    if sys.stderr.isatty():
+        print("\r", end="", file=sys.stderr)
     print(load_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

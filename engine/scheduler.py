@@ -12,7 +12,8 @@ contexts while sequences run. Each slot is one sequence id of the target's cache
 what its last generation left there, so a conversation's next request goes to the slot with
 its longest cached prefix. A new prompt is decoded in chunks between the others' steps, so a
 long prompt never stalls the replies already streaming. The cells of the (unified) cache are
-counted: a prompt that does not fit now waits, slots that are idle are forgotten first.
+counted: a request reserves its prompt and max_tokens, so no other can cut its reply short;
+one that does not fit beside the running ones waits (idle slots are forgotten first).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Sequence:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.cancelled = False  # the consumer went away
         self.number = 0  # in the order submitted
+        self.reserve = 0  # the cells it may come to need: its prompt and max_tokens (set when admitted)
         self.slot: Slot | None = None
         self.st: DecodeState | None = None
         self.todo: list[int] = []  # prompt tokens still to prefill
@@ -265,11 +267,14 @@ class Scheduler:
                 keep = reuse(slot)
                 while 0 < keep < n and prompt[keep] < 0 and prompt[keep - 1] == prompt[keep]:
                     keep -= 1  # never half an image: its positions are decoded together
-                over = self._cells(promised=True) - len(slot.cached) + n + 1 - self.rt.n_ctx
+                # it reserves its prompt and its max_tokens: what it gets alone, no other
+                # sequence may take from it (it waits for running ones to end instead)
+                seq.reserve = min(self.rt.n_ctx, n + seq.job.config.max_tokens)
+                over = self._cells(promised=True) - len(slot.cached) + seq.reserve - self.rt.n_ctx
                 if over > 0:
                     self._evict(over, slot)
-                    if self._cells(promised=True) - len(slot.cached) + n + 1 > self.rt.n_ctx and self.running:
-                        return  # it waits for running ones to end (alone, its size was checked)
+                    if self._cells(promised=True) - len(slot.cached) + seq.reserve > self.rt.n_ctx and self.running:
+                        return  # alone, it fits: its prompt was checked against the context
                 self.waiting.pop(0)
                 free.remove(slot)
                 slot.busy = True
@@ -310,10 +315,11 @@ class Scheduler:
 
     def _cells(self, promised: bool = False) -> int:
         """Cells of the cache in use: what idle slots keep and what running sequences decoded
-        (`promised`: the whole prompt of a sequence still prefilling)."""
-        return (sum(len(s.cached) for s in self.slots if not s.busy)
-                + sum((len(seq.job.prompt) if promised else seq.pos) if seq.todo else seq.st.n_past
-                      for seq in self.running if seq.st is not None))
+        (`promised`: what running sequences reserved, their prompt and max_tokens)."""
+        idle = sum(len(s.cached) for s in self.slots if not s.busy)
+        if promised:
+            return idle + sum(seq.reserve for seq in self.running)
+        return idle + sum(seq.pos if seq.todo else seq.st.n_past for seq in self.running if seq.st is not None)
 
     def _decode(self) -> None:
         """One step of every running sequence: drafter batches, then one target batch."""

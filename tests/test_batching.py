@@ -223,6 +223,28 @@ def test_tandem_serve_decodes_requests_together(tiny):
             assert out[i][1].completion_tokens == alone[i][1].completion_tokens
             assert out[i][0] == alone[i][0]
 
+        # a long prompt arriving while three replies stream: they keep streaming while it is read
+        stamps, first_long = {i: [] for i in range(3)}, {}
+
+        def short(i):
+            for chunk in c.chat.completions.create(model="tiny-target", messages=msgs[i], max_tokens=600,
+                                                   stream=True):
+                stamps[i].append(time.perf_counter())
+
+        shorts = [threading.Thread(target=short, args=(i,)) for i in range(3)]
+        for t in shorts:
+            t.start()
+        while min(len(v) for v in stamps.values()) < 5:
+            time.sleep(0.01)
+        sent = time.perf_counter()
+        long_text = "the quick brown fox jumps over the lazy dog " * 60  # ~2.7k tokens of the tiny vocabulary
+        for chunk in c.completions.create(model="tiny-target", prompt=long_text, max_tokens=2, stream=True):
+            first_long.setdefault("t", time.perf_counter())
+        for t in shorts:
+            t.join(120)
+        during = [sum(sent < x < first_long["t"] for x in stamps[i]) for i in range(3)]
+        assert min(during) >= 5, during
+
         # 4 running + 4 queued: the next ones are refused at once, with a time to retry
         release = threading.Event()
 
@@ -262,3 +284,25 @@ def test_tandem_serve_decodes_requests_together(tiny):
         assert all(r[-1] in ("1/1", "3/3", "2/3") and r[-2] == "0" for r in rows), out.stdout  # errors 0, as alone
     finally:
         s.stop()
+
+
+def test_requests_sharing_the_context_never_cut_each_other_short(tiny):
+    """The sequences share one pool of context cells. A request reserves its prompt and
+    max_tokens, so four replies that together need more than the context each get what they
+    get alone (the ones that do not fit beside the running ones wait), never a reply cut
+    short by the others filling the context (as a new user found: 'length' at 667 of 1500)."""
+    e = Engine.load(tiny["target"], tiny[0.7], LoadOptions(n_seq=4, n_ctx=1024))
+    try:
+        prompts = [e.tokenize(p * 3) for p in PROMPTS[:4]]
+        cfg = GenerationConfig(max_tokens=400, use_mtp=False)
+        solo = []
+        for p in prompts:
+            e.reset()
+            solo.append(e.run(p, cfg))
+        assert all(r.stats.finish_reason == "length" for r in solo)
+        e.reset()
+        together, _ = run_together(e, prompts, [cfg] * 4)
+        for (toks, _, stats), alone in zip(together, solo):
+            assert stats.finish_reason == "length" and toks == alone.tokens, stats.finish_reason
+    finally:
+        e.close()
