@@ -434,11 +434,11 @@ class Scheduler:
                 dr.h_rows[i] = seq.wants.h
             t0 = time.perf_counter()
             dr.step_rows([(s.wants.token, s.wants.pos, s.st.seq) for s in asking])
-            # per drafting sequence: what one more sequence's draft step adds to the batch (alone,
-            # the whole step)
-            self.costs.record_draft((time.perf_counter() - t0) / len(asking))
             for i, seq in enumerate(asking):
                 self._advance(seq, (dr.logits(i), dr.h_out(i)))
+            # per drafting sequence, Python's choice of each draft included: what one more
+            # sequence's draft step adds to the batch (alone, the whole step)
+            self.costs.record_draft((time.perf_counter() - t0) / len(asking))
 
     def _prefill_chunk(self, seq: Sequence, room: int) -> list[int] | None:
         """The next prompt chunk (at most `room` tokens) of a prefilling sequence; an image or a
