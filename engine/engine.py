@@ -47,9 +47,9 @@ class Engine(Backend):
         # as many generations at once as the context has sequences (the app's chat and
         # `tandem serve`'s requests share them)
         self.turn = threading.BoundedSemaphore(runtime.n_seq)
-        self.costs = CostModel()  # step costs measured on this machine, for adaptive MTP
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
-        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, self.costs, self.is_eog)
+        # step costs measured on this machine (the scheduler records them), for auto's choices
+        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, CostModel(), self.is_eog)
         self.closed = False
         self.prompts = Prompts(runtime.vocab, runtime.target_model, runtime.n_ctx)
 
@@ -97,6 +97,14 @@ class Engine(Backend):
                 self.projector = None
             self.scheduler.projector = self.prompts.projector = None
             self.rt.close()
+
+    @property
+    def costs(self) -> CostModel:
+        return self.scheduler.costs
+
+    @costs.setter
+    def costs(self, value: CostModel) -> None:
+        self.scheduler.costs = value
 
     @property
     def template(self):
