@@ -92,8 +92,9 @@ DEFAULT_PARALLEL = 4
 
 class Backend(ABC):
     """Whoever generates (the app's chat, `tandem serve`) holds a `turn` for the whole
-    generation: one at a time here; the local engine has one per sequence of its context. A generation stops when its own
-    `should_stop()` says so; `cancel()` stops whatever runs (closing, unloading)."""
+    generation: one at a time here; the local engine has one per sequence of its context.
+    A generation stops when its own `should_stop()` says so; `cancel()` stops whatever runs
+    (closing, unloading)."""
 
     kind: str = "local"  # "local" or "remote"
     engine_name: str = "llama.cpp"  # what decodes: llama.cpp, llama-server, vllm, openai-compatible

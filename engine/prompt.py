@@ -35,9 +35,6 @@ class Prompts:
             eos_token=self._token_text(lib.llama_vocab_eos(vocab)),
         )
 
-    def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int:
-        return len(self.format_chat(messages, enable_thinking)) if messages else 0
-
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 16

@@ -38,10 +38,6 @@ from .text import TextAssembler
 CHUNK_SHARED = 128
 
 
-class Cancelled(Exception):
-    pass
-
-
 @dataclass
 class Job:
     """A generation as the engine prepared it: the prompt, its settings, its strategy."""
@@ -152,11 +148,6 @@ class Scheduler:
             self.lock.notify_all()
         return seq
 
-    @property
-    def active(self) -> int:
-        with self.lock:
-            return len(self.running) + len(self.waiting)
-
     def idle(self, timeout: float | None = None) -> bool:
         """Wait until no sequence runs or waits."""
         end = None if timeout is None else time.monotonic() + timeout
@@ -218,7 +209,7 @@ class Scheduler:
         except BaseException as e:  # a decode failed: the cache is unknown, every sequence ends
             self.forget_all()
             for seq in list(self.running):
-                self._fail(seq, e, cache_known=False)
+                self._fail(seq, e)
             if not isinstance(e, Exception):
                 raise
         with self.lock:
@@ -231,7 +222,7 @@ class Scheduler:
             if self._stops(seq):
                 with self.lock:
                     self.waiting.remove(seq)
-                self._end(seq, "cancelled", GenerationStats(prompt_tokens=len(seq.job.prompt)))
+                self._finish(seq, "cancelled")
         for seq in list(self.running):
             if seq.step is None and self._stops(seq):
                 self._finish(seq, "cancelled")
@@ -555,22 +546,21 @@ class Scheduler:
             self._finish(seq, "context")
 
     def _finish(self, seq: Sequence, finish: str) -> None:
-        """An end that no step made (a stop, the context): one last empty event."""
-        st = seq.st
-        st.stats.finish_reason = finish
-        seq.events.put(GenerationEvent([], "", "", st.stats, finish))
+        """An end that no step made (a stop, the context, a cancel while waiting): one last
+        empty event."""
+        stats = seq.st.stats if seq.st is not None else GenerationStats(prompt_tokens=len(seq.job.prompt))
+        stats.finish_reason = finish
+        seq.events.put(GenerationEvent([], "", "", stats, finish))
         self._release(seq, finish)
 
     def _release(self, seq: Sequence, finish: str, cache_known: bool = True) -> None:
-        """The slot keeps exactly tokens[:n_past] (or, after a failure, nothing)."""
-        slot = seq.slot
-        st = seq.st
+        """The sequence ends: its grammar is freed, its slot keeps exactly tokens[:n_past] (or,
+        after a failure, nothing) and is free for the next."""
+        if seq.job.grammar is not None:
+            seq.job.grammar.close()
+        slot, st = seq.slot, seq.st
         if st is not None:
             st.stats.finish_reason = finish
-            if cache_known:
-                slot.cached = list(st.tokens[:st.n_past]) if not seq.todo else slot.cached
-            if seq.job.grammar is not None:
-                seq.job.grammar.close()
         if slot is not None:
             if not cache_known:
                 try:
@@ -578,6 +568,8 @@ class Scheduler:
                 except Exception:
                     pass
                 slot.cached = []
+            elif st is not None and not seq.todo:  # mid-prompt, it holds the chunks decoded
+                slot.cached = list(st.tokens[:st.n_past])
             slot.busy = False
             slot.used_at = time.monotonic()
         seq.step = None
@@ -586,22 +578,10 @@ class Scheduler:
                 self.running.remove(seq)
             self.lock.notify_all()
 
-    def _end(self, seq: Sequence, finish: str, stats: GenerationStats) -> None:
-        stats.finish_reason = finish
-        seq.events.put(GenerationEvent([], "", "", stats, finish))
-        if seq.job.grammar is not None:
-            seq.job.grammar.close()
-
-    def _fail(self, seq: Sequence, error: BaseException, cache_known: bool = False) -> None:
-        """A sequence's own error (its grammar, a picture): it ends alone, its slot emptied."""
+    def _fail(self, seq: Sequence, error: BaseException) -> None:
+        """A sequence's own error (its grammar, a picture), or a failed batch: it ends with the
+        error, its slot emptied."""
         seq.events.put(error)
-        if seq.slot is None:
-            if seq.job.grammar is not None:
-                seq.job.grammar.close()
-            return
-        if seq.st is not None:
-            seq.st.tokens = []
-            seq.st.n_past = 0
         self._release(seq, "error", cache_known=False)
 
 

@@ -11,9 +11,10 @@ uses it to Compare against one server.
 Up to `parallel` generations at once, decoded together in one batch per step (the engine's
 scheduler); more requests wait in a bounded queue (503 with Retry-After when it is full); a
 client that goes away, queued or running, is dropped at once; the engine's prefix cache (one
-per sequence) serves the next request of the same conversation. The engine runs in a worker thread, never on the event
-loop. Safe by default: 127.0.0.1, an API key required for any other address, a body size
-limit, max_tokens within the context, CORS only when asked, errors in OpenAI's shape.
+per sequence) serves the next request of the same conversation. The engine runs in a worker
+thread, never on the event loop. Safe by default: 127.0.0.1, an API key required for any other
+address, a body size limit, max_tokens within the context, CORS only when asked, errors in
+OpenAI's shape.
 """
 
 from __future__ import annotations
