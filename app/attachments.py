@@ -1,7 +1,8 @@
-"""Pictures and sounds attached to a message: by button, drag-and-drop or paste (Ctrl+V of a
+"""Files attached to a message: text files (source code, Markdown, JSON, logs — told by their
+content, see `text_files`), pictures and sounds; by button, drag-and-drop or paste (Ctrl+V of a
 screenshot). What is attached is checked here cheaply (size, kind, image dimensions from the
-header) so a bad file is refused at once in one line; decoding for the model happens in the
-engine thread. Thumbnails are read scaled, never at full size."""
+header) so a bad file is refused at once in one line; decoding pictures for the model happens
+in the engine thread. Thumbnails are read scaled, never at full size."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from engine.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
 
+from .text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
+
 THUMB = 72  # px, the long side of a thumbnail
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
-AUDIO_SUFFIXES = {".wav", ".mp3", ".flac"}
-FILE_FILTER = "Pictures and sounds (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.wav *.mp3 *.flac)"
+# any file may be a text file (told by its content), so the dialog shows all files by default
+FILE_FILTER = ("All files (*);;Pictures and sounds (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.wav *.mp3 *.flac)")
 
 
 class AttachmentError(ValueError):
@@ -28,28 +30,52 @@ class AttachmentError(ValueError):
 class Attachment:
     data: bytes
     name: str
-    kind: str  # "image" or "audio"
+    kind: str  # "text", "image" or "audio"
+    source: str = ""  # the file it was read from ("" when pasted): where Save over original writes
+    tokens: int | None = None  # a text file's tokens, once the engine has counted them
+
+    @property
+    def text(self) -> str:
+        return decode_text(self.data) if self.kind == "text" else ""
+
+    @property
+    def label(self) -> str:
+        """A chip's words: name, size and (text files) tokens."""
+        if self.kind != "text":
+            return self.name
+        tokens = "… tokens" if self.tokens is None else f"{self.tokens:,} tokens"
+        return f"{self.name} · {human_size(len(self.data))} · {tokens}"
 
 
-def check(data: bytes, name: str) -> Attachment:
-    """An attachment, or AttachmentError saying in one line why not."""
+def check(data: bytes, name: str, source: str = "") -> Attachment:
+    """An attachment, or AttachmentError saying in one line why not. Text is told by content
+    first: no picture or sound decodes as UTF-8 without NUL bytes."""
+    try:
+        decode_text(data[:MAX_TEXT_BYTES + 1], partial=len(data) > MAX_TEXT_BYTES)
+    except NotText:
+        pass
+    else:
+        if len(data) > MAX_TEXT_BYTES:
+            raise AttachmentError(f"{name}: a text file of {human_size(len(data))}, over the "
+                                  f"{MAX_TEXT_BYTES // 2**20} MB Tandem reads whole")
+        return Attachment(data, name, "text", source)
     if len(data) > MAX_MEDIA_BYTES:
         raise AttachmentError(f"{name}: larger than {MAX_MEDIA_BYTES // 2**20} MB")
     kind = media_kind(data)
     if kind == "audio":
-        return Attachment(data, name, "audio")
+        return Attachment(data, name, "audio", source)
     ba = QByteArray(data)
     buf = QBuffer(ba)  # kept referenced while the reader uses it (the reader does not own it)
     buf.open(QIODevice.ReadOnly)
     reader = QImageReader(buf)
     size = reader.size()
     if not reader.canRead() or not size.isValid():
-        raise AttachmentError(f"{name}: not a picture or sound Tandem can read (PNG, JPEG, WebP, GIF, BMP; WAV, "
-                              "MP3, FLAC)")
+        raise AttachmentError(f"{name}: a binary file, not text (UTF-8 without NUL bytes) nor a picture or "
+                              "sound Tandem reads (PNG, JPEG, WebP, GIF, BMP; WAV, MP3, FLAC)")
     if size.width() * size.height() > MAX_IMAGE_PIXELS:
         raise AttachmentError(f"{name}: the picture is too large ({size.width()}x{size.height()} pixels, over "
                               f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels); scale it down first")
-    return Attachment(data, name, "image")
+    return Attachment(data, name, "image", source)
 
 
 def read_file(path: str | Path) -> Attachment:
@@ -57,16 +83,18 @@ def read_file(path: str | Path) -> Attachment:
     try:
         if p.stat().st_size > MAX_MEDIA_BYTES:
             raise AttachmentError(f"{p.name}: larger than {MAX_MEDIA_BYTES // 2**20} MB")
-        return check(p.read_bytes(), p.name)
+        if p.is_dir():
+            raise AttachmentError(f"{p.name}: a folder (File → Attach folder… takes folders)")
+        return check(p.read_bytes(), p.name, str(p.resolve()))
     except OSError as e:
         raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None
 
 
 def from_mime(mime) -> list[Attachment]:
-    """Pictures in pasted or dropped data: local files, or image data (a screenshot)."""
+    """Files in pasted or dropped data (local files, not folders), or image data (a screenshot)."""
     out = []
     for url in mime.urls() if mime.hasUrls() else []:
-        if url.isLocalFile() and Path(url.toLocalFile()).suffix.lower() in IMAGE_SUFFIXES | AUDIO_SUFFIXES:
+        if url.isLocalFile() and not Path(url.toLocalFile()).is_dir():
             out.append(read_file(url.toLocalFile()))
     if not out and mime.hasImage():
         image = QImage(mime.imageData())
@@ -103,7 +131,7 @@ def tile(pixmap: QPixmap, label: str, kind: str) -> QLabel:
     if kind == "image" and not pixmap.isNull():
         w.setPixmap(pixmap)
     else:
-        w.setText("♪ " + label if kind == "audio" else label)
+        w.setText({"audio": "♪ ", "text": "📄 "}.get(kind, "") + label)
         w.setTextFormat(Qt.PlainText)
     w.setObjectName("attachmentTile")
     return w
@@ -122,10 +150,20 @@ class AttachmentBar(QWidget):
         self.row.addStretch(1)
         self.hide()
 
-    def add(self, item: Attachment) -> None:
+    def add(self, item: Attachment) -> bool:
+        """False when the same file is already there."""
         if any(i.data == item.data for i in self.items):
-            return
+            return False
         self.items.append(item)
+        self._rebuild()
+        return True
+
+    def remove(self, item: Attachment) -> None:
+        self.items = [i for i in self.items if i is not item]
+        self._rebuild()
+
+    def relabel(self) -> None:
+        """The chips' words again (a token count arrived)."""
         self._rebuild()
 
     def clear(self) -> None:
@@ -146,7 +184,10 @@ class AttachmentBar(QWidget):
             box = QWidget()
             lay = QHBoxLayout(box)
             lay.setContentsMargins(0, 0, 0, 0)
-            lay.addWidget(tile(thumbnail(item.data) if item.kind == "image" else QPixmap(), item.name, item.kind))
+            chip = tile(thumbnail(item.data) if item.kind == "image" else QPixmap(), item.label, item.kind)
+            if item.source:
+                chip.setToolTip(item.source)
+            lay.addWidget(chip)
             rm = QToolButton()
             rm.setText("×")
             rm.setToolTip(f"Remove {item.name}")

@@ -70,6 +70,7 @@ class ChatSession(QObject):
     _load = Signal(object)  # LoadRequest
     _generate = Signal(object)  # ReplyRequest
     _count = Signal(int, list, bool)
+    _count_texts = Signal(int, list)
     _shutdown = Signal()
 
     # to the window
@@ -105,6 +106,8 @@ class ChatSession(QObject):
         self._last_load: LoadRequest | None = None  # what is loaded, to load again after a failed switch
         self._loaded_info: ModelInfo | None = None  # its ModelInfo (model_info is None while loading)
         self._pending_load: LoadRequest | None = None
+        self._text_counts: dict = {}  # tag -> callback(counts, exact), for count_texts
+        self._file_texts: dict = {}  # attachment path -> its text, for attached_files
         self._start_worker(worker)
 
     def _start_worker(self, worker) -> None:
@@ -120,6 +123,8 @@ class ChatSession(QObject):
         self._load.connect(worker.load)
         self._generate.connect(worker.generate)
         self._count.connect(worker.count_tokens)
+        self._count_texts.connect(worker.count_texts)
+        worker.texts_counted.connect(self._on_texts_counted)
         self._shutdown.connect(worker.shutdown)
         worker.loaded.connect(self._on_loaded)
         worker.load_failed.connect(self._on_load_failed)
@@ -269,6 +274,39 @@ class ChatSession(QObject):
         if cid == self.conversation_id:
             self.context.emit(used, n_ctx)
 
+    def count_texts(self, texts: list[str], done) -> None:
+        """Tokens of each text by the loaded model (attached files); `done(counts, exact)` runs
+        on the GUI thread when the engine thread has counted."""
+        tag = self._next_rid()
+        self._text_counts[tag] = done
+        self._count_texts.emit(tag, list(texts))
+
+    def _on_texts_counted(self, tag: int, counts: list, exact: bool) -> None:
+        done = self._text_counts.pop(tag, None)
+        if done is not None:
+            done(counts, exact)
+
+    def attached_files(self) -> list:
+        """The text files attached in the chat as shown (newest last): what a reply's code
+        block may be a new version of."""
+        from .text_files import AttachedFile, decode_text
+
+        out = []
+        if self.conversation_id is None:
+            return out
+        for m in self.store.messages(self.conversation_id):
+            for item in m.media:
+                path = self.store.attachment_path(item)
+                if item.get("kind") != "text" or path is None:
+                    continue
+                if path not in self._file_texts:
+                    try:
+                        self._file_texts[path] = decode_text(path.read_bytes())
+                    except (OSError, ValueError):
+                        continue
+                out.append(AttachedFile(str(item.get("name", "")), self._file_texts[path], str(item.get("source", ""))))
+        return out
+
     # ---- requests ----------------------------------------------------------------------
     def with_system(self, msgs: list[dict]) -> list[dict]:
         """The chat's own system prompt if it has one, else the default from Settings."""
@@ -283,8 +321,8 @@ class ChatSession(QObject):
             if m.role not in ("user", "assistant"):
                 continue
             d = m.as_chat()
-            files = [{"path": str(p), "name": str(i.get("name", ""))} for i in m.media
-                     if (p := self.store.attachment_path(i)) is not None]
+            files = [{"path": str(p), "name": str(i.get("name", "")), "kind": str(i.get("kind", "image"))}
+                     for i in m.media if (p := self.store.attachment_path(i)) is not None]
             if files:
                 d["attachments"] = files
             out.append(d)
@@ -312,7 +350,7 @@ class ChatSession(QObject):
         if not (text or attachments) or self.busy or self.model_info is None or self.conversation_id is None:
             return False
         cid = self.conversation_id
-        media = [self.store.save_attachment(a.data, a.name, a.kind) for a in attachments]
+        media = [self.store.save_attachment(a.data, a.name, a.kind, a.source) for a in attachments]
         if self.store.conversation(cid).title == "New chat":
             self.store.rename(cid, chat_title(text) if text else (attachments[0].name if attachments else "New chat"))
             self.conversations_changed.emit()
@@ -323,7 +361,7 @@ class ChatSession(QObject):
             mid = self.store.add_message(cid, "user", text, media=media)
             w = self.view.add("user", mid)
             if media:
-                w.set_media([(self.store.attachment_path(m), m["name"], m["kind"]) for m in media])
+                w.set_media([(self.store.attachment_path(m), m["name"], m["kind"], m.get("source", "")) for m in media])
             w.set_content(text)
         self._start_reply()
         return True

@@ -13,12 +13,15 @@ from .widgets import EmptyState, MessageWidget
 
 class ChatView(QWidget):
     action = Signal(str, object)  # a message's button: (name, MessageWidget)
+    save_code = Signal(str, str)  # a code block's Save as…: (code, suggested file name)
+    diff_code = Signal(str, object)  # a code block's Diff with…: (code, AttachedFile)
     example_chosen = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.show_origins = False
         self.attachment_path = lambda item: None  # the store's: where an attachment's file is
+        self.attached_files = lambda: []  # the session's: the chat's text files, for code blocks' diffs
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.empty_state = EmptyState()
@@ -56,8 +59,8 @@ class ChatView(QWidget):
         for m in messages:
             w = self.add(m.role, m.id)
             if m.media:
-                w.set_media([(self.attachment_path(i), str(i.get("name", "")), str(i.get("kind", "image")))
-                             for i in m.media])
+                w.set_media([(self.attachment_path(i), str(i.get("name", "")), str(i.get("kind", "image")),
+                              str(i.get("source", ""))) for i in m.media])
             w.set_content(m.content, m.thinking, m.origins or [])
             w.set_stats(m.stats)
             w.set_version(m.version, m.versions)
@@ -68,6 +71,9 @@ class ChatView(QWidget):
         w.show_origins = self.show_origins
         w.copy_requested.connect(lambda text: QGuiApplication.clipboard().setText(text))
         w.action.connect(self.action)
+        w.save_requested.connect(self.save_code)
+        w.diff_requested.connect(self.diff_code)
+        w.attached_files = lambda: self.attached_files()  # read when it renders: set after the view is built
         self.msg_layout.insertWidget(self.msg_layout.count() - 1, w)
         w.show()  # now, not on the next event loop pass: hidden ones are the edited ones
         return w

@@ -1,13 +1,18 @@
 """The composer under the chat: the banner shown while editing, the attachments waiting to be
-sent, the input box, Attach… and Send. The window decides what a message does; this panel
-gathers it."""
+sent (text files as chips with their size and token count), the input box, Attach… (files, or
+a folder's files) and Send. The window decides what a message does; this panel gathers it and
+says, with the numbers, when what is attached does not fit the context."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QToolButton, QVBoxLayout, QWidget
+from pathlib import Path
 
-from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, from_mime, read_file
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMenu, QMessageBox, QPushButton, QToolButton,
+                               QVBoxLayout, QWidget)
+
+from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, check, from_mime, read_file
 from .chat_view import EditBanner
 from .safe_text import message
 from .widgets import InputBox
@@ -21,20 +26,35 @@ class Composer(QWidget):
         super().__init__(parent)
         self.info = None  # the loaded model's app.chat_types.ModelInfo
         self.editing = None  # the MessageWidget whose new version is in the input box
+        # counts tokens: (texts, callback(counts, exact)) -> None, answered on the GUI thread
+        self.counter = None
+        self.context_used, self.n_ctx = 0, 0  # the open chat's tokens and the context, as last counted
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.edit_banner = EditBanner()
         self.attach_bar = AttachmentBar()
+        self.paste_offer = PasteOffer()
+        self.paste_offer.accepted.connect(self.paste_as_file)
         lay.addWidget(self.edit_banner)
         lay.addWidget(self.attach_bar)
+        lay.addWidget(self.paste_offer)
         row = QHBoxLayout()
         self.input = InputBox()
         self.input.media.connect(self.paste_media)
+        self.input.long_paste.connect(self.paste_offer.offer)
         self.input.setPlaceholderText("Message Gemma…  (Enter sends, Shift+Enter new line, Esc stops)")
         self.input.setFixedHeight(84)
         self.attach_btn = QToolButton()
         self.attach_btn.setText("Attach…")
         self.attach_btn.clicked.connect(self.attach_files)
+        menu = QMenu(self.attach_btn)
+        self.attach_files_act = QAction("Attach files…", menu)
+        self.attach_files_act.triggered.connect(self.attach_files)
+        self.attach_folder_act = QAction("Attach folder…", menu)
+        self.attach_folder_act.triggered.connect(lambda: self.attach_folder())
+        menu.addActions([self.attach_files_act, self.attach_folder_act])
+        self.attach_btn.setMenu(menu)
+        self.attach_btn.setPopupMode(QToolButton.MenuButtonPopup)  # click: files; the arrow: a folder too
         self.send_btn = QPushButton("Send")
         row.addWidget(self.input, 1)
         row.addWidget(self.attach_btn)
@@ -44,12 +64,13 @@ class Composer(QWidget):
     def show_model(self, info, busy: bool) -> None:
         """Attaching as the loaded model (a ModelInfo, or None) allows; Send or Stop."""
         self.info = info
-        media_ok = bool(info and (info.vision or info.audio))
-        self.attach_btn.setEnabled(media_ok and not busy)
+        self.attach_btn.setEnabled(info is not None and not busy)
+        media = " or sounds" if info and info.audio else ""
         self.attach_btn.setToolTip(
-            ("Attach pictures" + (" or sounds" if info.audio else "") +
-             " (also: paste a screenshot, or drop files on the input)") if media_ok else
-            f"Attaching is off: {self.refusal('image')}")
+            "Attaching is off: no model is loaded" if info is None else
+            "Attach code and other text files" + (f", pictures{media}" if info.vision or info.audio else "") +
+            "; the arrow attaches a folder's files (also: drop files on the input, or paste)" +
+            ("" if info.vision or info.audio else f". Pictures are off: {self.refusal('image')}"))
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or info is not None)
 
@@ -63,9 +84,9 @@ class Composer(QWidget):
     def restore(self, w) -> None:
         """A message's text and attachments back in the input box."""
         self.attach_bar.clear()
-        for path, name, kind in w.media:
+        for path, name, kind, *rest in w.media:
             if path is not None and path.is_file():
-                self.attach_bar.add(Attachment(path.read_bytes(), name, kind))
+                self._add(Attachment(path.read_bytes(), name, kind, rest[0] if rest else ""))
         self.input.setPlainText(w.text)
         self.input.setFocus()
 
@@ -85,11 +106,13 @@ class Composer(QWidget):
         return text, self.attach_bar.take(), editing
 
     def refusal(self, kind: str) -> str | None:
-        """None when the loaded model reads that kind ("image", "audio"), else why not."""
-        return "no model is loaded" if self.info is None else self.info.media_refusal(kind)
+        """None when the loaded model reads that kind ("text", "image", "audio"), else why not."""
+        if self.info is None:
+            return "no model is loaded"
+        return None if kind == "text" else self.info.media_refusal(kind)
 
     def attach_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach pictures or sounds", "", FILE_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", "", FILE_FILTER)
         items = []
         for p in paths:
             try:
@@ -104,6 +127,38 @@ class Composer(QWidget):
         except AttachmentError as e:
             message(self, QMessageBox.Warning, "Cannot attach", str(e))
 
+    def paste_as_file(self, start: int, end: int) -> None:
+        """The long text just pasted leaves the input box and becomes a chip instead."""
+        from PySide6.QtGui import QTextCursor
+
+        cur = QTextCursor(self.input.document())
+        cur.setPosition(start)
+        cur.setPosition(min(end, len(self.input.toPlainText())), QTextCursor.KeepAnchor)
+        text = cur.selectedText().replace("\u2029", "\n")  # Qt's paragraph separator
+        if not text.strip():
+            return
+        n = sum(1 for i in self.attach_bar.items if i.name.startswith("pasted"))
+        try:
+            item = check(text.encode("utf-8"), f"pasted{f' {n + 1}' if n else ''}.txt")
+        except AttachmentError as e:
+            self.refused.emit(str(e))
+            return
+        cur.removeSelectedText()
+        self.add_attachments([item])
+
+    def attach_folder(self, root: str = "") -> None:
+        """A folder's tree; the files the user ticks become attachments (see folder_dialog)."""
+        from .folder_dialog import choose_folder_files
+
+        root = root or QFileDialog.getExistingDirectory(self, "Attach folder")
+        if not root or self.info is None:
+            return
+        free = max(0, self.n_ctx - self.context_used - self.pending_tokens()) if self.n_ctx else 10**9
+        items = []
+        for name, text, source in choose_folder_files(self, root, self.count_texts, free):
+            items.append(Attachment(text.encode("utf-8"), name, "text", source))
+        self.add_attachments(items)
+
     def add_attachments(self, items) -> None:
         """Pending attachments, if the loaded model reads them; else one line why not."""
         for item in items:
@@ -111,4 +166,77 @@ class Composer(QWidget):
             if why:
                 self.refused.emit(f"Cannot attach {item.name}: {why}")
                 continue
-            self.attach_bar.add(item)
+            self._add(item)
+
+    def _add(self, item: Attachment) -> None:
+        if self.attach_bar.add(item) and item.kind == "text" and item.tokens is None:
+            self.count_texts([item.text], lambda counts, it=item: self._counted(it, counts[0]))
+
+    def count_texts(self, texts: list[str], done) -> None:
+        """Tokens of each text, by the loaded model's tokenizer (`done(counts)` on the GUI thread);
+        without an engine to ask, a rough estimate (the folder dialog marks it)."""
+        if self.counter is not None:
+            self.counter(texts, lambda counts, exact: done(counts))
+        else:
+            done([len(t) // 4 + 1 for t in texts])
+
+    def _counted(self, item: Attachment, tokens: int) -> None:
+        if item not in self.attach_bar.items:
+            return  # removed meanwhile
+        item.tokens = tokens
+        if self.n_ctx and tokens > self.n_ctx:
+            self.attach_bar.remove(item)
+            self.refused.emit(f"Cannot attach {item.name}: {tokens:,} tokens, more than the whole "
+                              f"{self.n_ctx:,}-token context")
+            return
+        self.attach_bar.relabel()
+
+    def pending_tokens(self) -> int:
+        return sum(i.tokens or 0 for i in self.attach_bar.items if i.kind == "text")
+
+    def overflow_note(self) -> str | None:
+        """Why the attached files do not fit beside the chat, with the numbers, or None. Said
+        before sending, so no file is ever cut to fit."""
+        files = self.pending_tokens()
+        if not self.n_ctx or not files or self.context_used + files < self.n_ctx:
+            return None
+        names = ", ".join(f"{i.name} ({i.tokens:,})" for i in self.attach_bar.items if i.tokens)
+        over = self.context_used + files - self.n_ctx
+        return (f"The attached files take {files:,} tokens ({names}) and the chat already uses "
+                f"{self.context_used:,} of the {self.n_ctx:,}-token context: {over:,} tokens too many, with no "
+                "room left for the answer. Remove some files, start a new chat, or raise the context size in "
+                "Settings. Nothing was sent or removed.")
+
+
+class PasteOffer(QWidget):
+    """Shown after pasting more than a screenful: keep it as text, or make it a file chip."""
+
+    accepted = Signal(int, int)  # where the pasted text is in the input box
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("pasteOffer")
+        self.span = (0, 0)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.label = QLabel()
+        self.make_btn = QPushButton("Attach as a file")
+        self.make_btn.clicked.connect(self._accept)
+        keep = QToolButton()
+        keep.setText("Keep as text")
+        keep.setAutoRaise(True)
+        keep.clicked.connect(self.hide)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.make_btn)
+        lay.addWidget(keep)
+        self.hide()
+
+    def offer(self, start: int, end: int, lines: int) -> None:
+        self.span = (start, end)
+        self.label.setText(f"Pasted {lines:,} lines. Attach them as a file instead? It shows as one chip, and the "
+                           "model reads it as a file.")
+        self.show()
+
+    def _accept(self) -> None:
+        self.hide()
+        self.accepted.emit(*self.span)

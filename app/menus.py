@@ -29,6 +29,8 @@ def build_menus(win) -> None:
         file_menu.addAction(_action(win, text, slot, key))
     chat = bar.addMenu("&Chat")
     chat.addAction(_action(win, "System prompt for this chat…", win.edit_system_prompt))
+    chat.addAction(_action(win, "Attach files…", win.composer.attach_files))
+    chat.addAction(_action(win, "Attach folder…", lambda: win.composer.attach_folder()))
     view = bar.addMenu("&View")
     for text, key, step in (("Larger text", QKeySequence.ZoomIn, 0.1), ("Smaller text", QKeySequence.ZoomOut, -0.1),
                             ("Normal text size", QKeySequence("Ctrl+0"), 0.0)):

@@ -1,23 +1,32 @@
 """Message text -> QTextDocument: Markdown (Qt's own parser, raw HTML off, since model output
-is untrusted), code blocks highlighted with Pygments with a copy link, and the token-origin
-view (drafted-and-accepted tokens tinted)."""
+is untrusted), code blocks highlighted with Pygments under a header of their language and links
+(Copy, Save as…, Diff with the attached file the block rewrites), and the token-origin view
+(drafted-and-accepted tokens tinted)."""
 
 from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
-from PySide6.QtGui import QTextCursor, QTextDocument
+from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
+from .code_match import BEFORE_CHARS, match_file
 from .safe_text import images_to_links
+from .text_files import AttachedFile, language_of
 
-FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^```[ \t]*$|\Z)", re.S | re.M)
+FENCE = re.compile(r"^```[ \t]*([^\n]*)\n(.*?)(?:^```[ \t]*$|\Z)", re.S | re.M)
+LANG = re.compile(r"[\w+#.-]*")  # the language label: the info string's first word
 MD_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value)
+# marks the header links render_markdown writes: model text may hold links that look the same
+OUR_LINK = QTextFormat.UserProperty + 1
+COPIED = "Copied ✓"
 
 DRAFTED_LIGHT, DRAFTED_DARK = "#b7ebc0", "#1f5a2a"
 TARGET_LIGHT, TARGET_DARK = "#ffe2b8", "#6b4a12"
@@ -33,16 +42,41 @@ def for_display(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def split_code(text: str) -> list[tuple[str, str, str]]:
-    """[(kind, lang, body)] with kind 'md' or 'code'; an unclosed fence (still streaming) is code."""
+class Part(NamedTuple):
+    """A stretch of a message: Markdown, or a code block with its fence's info string and the
+    Markdown just before it (where a reply names the file the block rewrites)."""
+
+    kind: str  # "md" or "code"
+    text: str
+    lang: str = ""
+    info: str = ""
+    before: str = ""
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    """A rendered code block, what its header links act on."""
+
+    code: str
+    lang: str
+    match: AttachedFile | None = None  # the attached file it is a new version of
+
+
+def split_code(text: str) -> list[Part]:
+    """The message's Markdown and code parts, in order; an unclosed fence (still streaming) is code."""
     out, pos = [], 0
     for m in FENCE.finditer(text):
         if m.start() > pos:
-            out.append(("md", "", text[pos:m.start()]))
-        out.append(("code", m.group(1), m.group(2).rstrip("\n")))
+            out.append(Part("md", text[pos:m.start()]))
+        info = m.group(1).strip()
+        lang = LANG.match(info).group()
+        if "." in lang and language_of(lang):  # ```app.py: a file name, its language is known
+            lang = language_of(lang)
+        before = text[max(pos, m.start() - BEFORE_CHARS):m.start()]
+        out.append(Part("code", m.group(2).rstrip("\n"), lang, info, before))
         pos = m.end()
     if pos < len(text):
-        out.append(("md", "", text[pos:]))
+        out.append(Part("md", text[pos:]))
     return out
 
 
@@ -57,27 +91,69 @@ def code_html(body: str, lang: str, dark: bool) -> str:
             f'<tr><td><pre style="white-space:pre">{highlight(body, lexer, fmt)}</pre></td></tr></table>')
 
 
-def render_markdown(doc: QTextDocument, text: str, dark: bool = False) -> list[str]:
-    """Fill `doc` with `text`; returns the code blocks, in order, for the copy links."""
+def _link(href: str) -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fmt.setAnchor(True)
+    fmt.setAnchorHref(href)
+    fmt.setFontUnderline(True)
+    fmt.setForeground(QGuiApplication.palette().link())
+    fmt.setProperty(OUR_LINK, True)
+    return fmt
+
+
+def render_markdown(doc: QTextDocument, text: str, dark: bool = False, files: list[AttachedFile] = (),
+                    copied: int | None = None) -> list[CodeBlock]:
+    """Fill `doc` with `text`; returns the code blocks, in order, for their header links
+    (copy:N, save:N, diff:N). `files`: the chat's attached text files, offered for a diff when
+    a block is a new version of one; `copied`: the block whose Copy link reads COPIED."""
     doc.clear()
     cur = QTextCursor(doc)
+    gray = QTextCharFormat()
+    gray.setForeground(QGuiApplication.palette().placeholderText())
     blocks = []
-    for kind, lang, body in split_code(for_display(text)):
-        if kind == "md":
-            if body.strip():
-                cur.insertMarkdown(body, MD_FEATURES)
+    for part in split_code(for_display(text)):
+        if part.kind == "md":
+            if part.text.strip():
+                cur.insertMarkdown(part.text, MD_FEATURES)
                 cur.movePosition(QTextCursor.End)
-        else:
-            if cur.block().length() > 1:  # the label starts its own line, not the paragraph's end
-                cur.insertBlock()
-            n = len(blocks)
-            blocks.append(body)
-            label = html.escape(lang or "code")
-            cur.insertHtml(f'<p><span style="color:gray">{label}</span> &nbsp; <a href="copy:{n}">Copy</a></p>')
-            cur.insertHtml(code_html(body, lang, dark))
+            continue
+        if cur.block().length() > 1:  # the label starts its own line, not the paragraph's end
             cur.insertBlock()
+        n = len(blocks)
+        match = match_file(part.text, part.info, part.before, files) if files else None
+        blocks.append(CodeBlock(part.text, part.lang, match))
+        cur.insertText(part.lang or "code", gray)
+        links = [(f"copy:{n}", COPIED if n == copied else "Copy"), (f"save:{n}", "Save as…")]
+        if match is not None:
+            links.append((f"diff:{n}", f"Diff with {match.name}"))
+        for href, label in links:
+            cur.insertText("   ", QTextCharFormat())
+            cur.insertText(label, _link(href))
+        cur.insertHtml(code_html(part.text, part.lang, dark))
+        cur.insertBlock()
     images_to_links(doc)  # model output: show where an image points, never fetch it
     return blocks
+
+
+def relabel_link(doc: QTextDocument, href: str, label: str) -> None:
+    """Change the text of our header link `href` in place (a Copy link's "Copied ✓"): no
+    re-render, so the layout and the user's selection stay as they are."""
+    found = []
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            fmt = frag.charFormat()
+            if frag.isValid() and fmt.property(OUR_LINK) and fmt.anchorHref() == href:
+                found.append((frag.position(), frag.length(), fmt))
+            it += 1
+        block = block.next()
+    for pos, length, fmt in reversed(found):
+        cur = QTextCursor(doc)
+        cur.setPosition(pos)
+        cur.setPosition(pos + length, QTextCursor.KeepAnchor)
+        cur.insertText(label, fmt)
 
 
 def origin_legend_html(dark: bool) -> str:

@@ -363,7 +363,9 @@ class Store:
     def attachments_dir(self) -> Path:
         return self.path.parent / "attachments"
 
-    def save_attachment(self, data: bytes, name: str, kind: str) -> dict:
+    def save_attachment(self, data: bytes, name: str, kind: str, source: str = "") -> dict:
+        """Keep an attached file; `source`: the file it was read from (a text file's original,
+        for Save over original), kept as a name only: nothing is ever read from it again."""
         digest = hashlib.sha256(data).hexdigest()
         ext = (Path(name).suffix.lower()[:8] or ".bin") if re.fullmatch(r"\.[a-z0-9]{1,7}", Path(name).suffix.lower()) \
             else ".bin"
@@ -373,7 +375,7 @@ class Store:
             tmp = path.with_suffix(path.suffix + ".tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
-        return {"sha256": digest, "name": name[:200], "kind": kind, "ext": ext}
+        return {"sha256": digest, "name": name[:200], "kind": kind, "ext": ext} | ({"source": source[:4096]} if source else {})
 
     def attachment_path(self, item: dict) -> Path | None:
         """The file of one attachment, or None if the entry is malformed (never a path it names)."""

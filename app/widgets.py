@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPixmap, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .render import for_display, render_markdown, render_origins
+from .code_match import suggested_name
+from .render import COPIED, CodeBlock, for_display, relabel_link, render_markdown, render_origins
 from .safe_text import SafeBrowser, open_web_link
 
 
@@ -44,8 +47,11 @@ class MessageWidget(QFrame):
     """One message: role, collapsible thinking, body (Markdown or token origins), footer."""
 
     RENDER_INTERVAL_MS = 1000
+    COPIED_MS = 2000  # how long a code block's Copy link reads "Copied ✓"
 
     copy_requested = Signal(str)
+    save_requested = Signal(str, str)  # a code block's Save as…: (code, suggested file name)
+    diff_requested = Signal(str, object)  # its Diff with…: (code, the AttachedFile it is a new version of)
     # ("regenerate" | "edit" | "details" | "continue" | "previous" | "next", self)
     action = Signal(str, object)
 
@@ -58,7 +64,14 @@ class MessageWidget(QFrame):
         self.origins: list = []
         self.stats: dict | None = None
         self.show_origins = False
-        self._code_blocks: list[str] = []
+        self._blocks: list[CodeBlock] = []
+        # the chat's attached text files (ChatView sets it): what a code block may rewrite
+        self.attached_files: Callable[[], list] = lambda: []
+        self._copied: int | None = None  # the block whose Copy link reads "Copied ✓"
+        self._copied_timer = QTimer(self)
+        self._copied_timer.setSingleShot(True)
+        self._copied_timer.setInterval(self.COPIED_MS)
+        self._copied_timer.timeout.connect(lambda: self._show_copied(None))
         self._render_pending = False
         self.setObjectName("userMessage" if role == "user" else "modelMessage")
         lay = QVBoxLayout(self)
@@ -132,21 +145,42 @@ class MessageWidget(QFrame):
         else:
             self.action.emit(name, self)
 
+    @property
+    def _code_blocks(self) -> list[str]:
+        return [b.code for b in self._blocks]
+
     def _anchor(self, url):
-        """Links come from model text too: only our copy links (by index) and web links act."""
-        if url.scheme() == "copy":
-            i = url.path()
-            if i.isdigit() and int(i) < len(self._code_blocks):
-                self.copy_requested.emit(self._code_blocks[int(i)])
-        else:
+        """Links come from model text too: only our code block links (by index: a link can
+        name a block, never carry code or a file) and web links act."""
+        kind, i = url.scheme(), url.path()
+        if kind not in ("copy", "save", "diff"):
             open_web_link(url)
+        elif i.isdigit() and int(i) < len(self._blocks):
+            block = self._blocks[int(i)]
+            if kind == "copy":
+                self.copy_requested.emit(block.code)
+                self._show_copied(int(i))
+            elif kind == "save":
+                self.save_requested.emit(block.code, suggested_name(block.lang, block.match))
+            elif block.match is not None:
+                self.diff_requested.emit(block.code, block.match)
+
+    def _show_copied(self, i: int | None) -> None:
+        """Block i's Copy link reads "Copied ✓" for COPIED_MS (None: none does)."""
+        doc = self.body.document()
+        if self._copied is not None:
+            relabel_link(doc, f"copy:{self._copied}", "Copy")
+        self._copied = i
+        if i is not None:
+            relabel_link(doc, f"copy:{i}", COPIED)
+            self._copied_timer.start()
 
     def _toggle_thinking(self, on):
         self.think_toggle.setText(("▾" if on else "▸") + " Thinking")
         self.think_view.setVisible(on)
 
     def set_media(self, items: list) -> None:
-        """[(path or None, name, kind)]: thumbnails above the text."""
+        """[(path or None, name, kind, source)]: thumbnails (pictures) and chips (files) above the text."""
         from .attachments import thumbnail, tile
 
         self.media = list(items)
@@ -154,7 +188,7 @@ class MessageWidget(QFrame):
             w = self.media_row.takeAt(0).widget()
             if w:
                 w.deleteLater()
-        for path, name, kind in items:
+        for path, name, kind, *_ in items:
             pix = thumbnail(path=path, side=160) if kind == "image" and path is not None else None
             self.media_row.insertWidget(self.media_row.count() - 1, tile(pix if pix is not None else QPixmap(),
                                                                         name, kind))
@@ -193,9 +227,11 @@ class MessageWidget(QFrame):
         doc = self.body.document()
         if self.show_origins and self.role == "assistant" and self.origins:
             render_origins(doc, self.origins, is_dark())
-            self._code_blocks = []
+            self._blocks = []
         elif self.role == "assistant":
-            self._code_blocks = render_markdown(doc, self.text, is_dark())
+            # the attached files only when there is code to compare (the session reads the chat's list)
+            files = self.attached_files() if "```" in self.text else []
+            self._blocks = render_markdown(doc, self.text, is_dark(), files, self._copied)
         else:
             doc.setPlainText(for_display(self.text))
         self.body._fit()
@@ -234,6 +270,8 @@ class InputBox(QPlainTextEdit):
 
     send = Signal()
     media = Signal(object)  # QMimeData holding pictures or files
+    long_paste = Signal(int, int, int)  # pasted more than a screenful: where it starts, ends, its lines
+    LONG_PASTE_LINES, LONG_PASTE_CHARS = 40, 4000
 
     def canInsertFromMimeData(self, source) -> bool:
         return source.hasImage() or source.hasUrls() or super().canInsertFromMimeData(source)
@@ -243,7 +281,12 @@ class InputBox(QPlainTextEdit):
             self.media.emit(source)
             if not source.hasText() or source.hasUrls():
                 return
+        start = self.textCursor().selectionStart()
         super().insertFromMimeData(source)
+        text = source.text()
+        lines = text.count("\n") + 1
+        if lines > self.LONG_PASTE_LINES or len(text) > self.LONG_PASTE_CHARS:
+            self.long_paste.emit(start, self.textCursor().position(), lines)
 
     def __init__(self, parent=None):
         super().__init__(parent)

@@ -50,6 +50,9 @@ class MainWindow(QMainWindow):
 
         self._build_ui()
         self.session = ChatSession(self.settings, self.store, self.chat_view, self.compare_page, worker, self)
+        self.chat_view.attached_files = self.session.attached_files  # what code blocks are compared with
+        self.chat_view.save_code.connect(self._save_code)
+        self.chat_view.diff_code.connect(self._diff_code)
         self._wire_session()
         self.restore_geometry()
         self._apply_font_scale()
@@ -141,6 +144,7 @@ class MainWindow(QMainWindow):
         c.editing_changed.connect(self.chat_view.hide_from)  # the edited message and what follows leave the view
         self.send_btn.clicked.connect(lambda: self.stop() if self.session.busy else self.send())
         c.refused.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        c.counter = lambda texts, done: self.session.count_texts(texts, done)
         rl.addWidget(c)
         split.addWidget(right)
         split.setSizes([240, 940])
@@ -332,6 +336,7 @@ class MainWindow(QMainWindow):
 
     def _show_context(self, used: int, n_ctx: int) -> None:
         """The context meter: tokens in use of the context size, amber past 80 %."""
+        self.composer.context_used, self.composer.n_ctx = max(used, 0), n_ctx
         if used < 0:  # a server: it applies the template and counts
             self.context_label.setText(f"context: counted by the server ({n_ctx:,} tokens)" if n_ctx
                                        else "context: counted by the server")
@@ -417,6 +422,17 @@ class MainWindow(QMainWindow):
         elif name == "details" and w.stats:
             QMessageBox.information(self, "Acceptance per draft position", help_text.acceptance_details(w.stats))
 
+    def _save_code(self, code: str, suggested_name: str) -> None:
+        from .diff_dialog import save_code_as
+
+        save_code_as(self, code, suggested_name)
+
+    def _diff_code(self, code: str, attached) -> None:
+        """A reply's new version of an attached file, side by side; saving over asks first."""
+        from .diff_dialog import DiffDialog
+
+        DiffDialog(code, attached, self).exec()
+
     def edit_message(self, w: MessageWidget) -> None:
         if not self.session.busy and w.role == "user":
             self.composer.begin_edit(w)
@@ -424,6 +440,10 @@ class MainWindow(QMainWindow):
     def send(self) -> None:
         if ((self.input.toPlainText().strip() or self.attach_bar.items) and not self.session.busy
                 and self.session.model_info is not None):
+            too_big = self.composer.overflow_note()
+            if too_big:  # said before sending, with the numbers; everything stays in the input
+                message(self, QMessageBox.Warning, "The attached files do not fit", too_big)
+                return
             self.session.send(*self.composer.take())
 
     def stop(self) -> None:

@@ -37,6 +37,7 @@ class EngineWorker(QObject):
     finished = Signal(int, object)  # request id, ReplyResult
     failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled" | "no_model"), message
     counted = Signal(int, int, int)  # conversation id, prompt tokens of its history (-1: the server counts), context
+    texts_counted = Signal(int, list, bool)  # request tag, tokens of each text, exact (False: estimated)
 
     def __init__(self):
         super().__init__()
@@ -245,12 +246,28 @@ class EngineWorker(QObject):
             return  # the meter stays as it was; sending will report the problem
         self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)
 
+    @Slot(int, list)
+    def count_texts(self, tag: int, texts: list) -> None:
+        """Tokens of each text (an attached file), by the loaded model's tokenizer; a server
+        that cannot tokenize gets an estimate, marked as one."""
+        e = self.engine
+        counts, exact = [], e is not None and getattr(e, "kind", "") == "local"
+        for t in texts:
+            if exact and not self._closing:
+                counts.append(len(e.tokenize(t, add_special=False, parse_special=False)))
+            else:
+                counts.append(len(t) // 4 + 1)  # about four characters a token in code and English
+        self.texts_counted.emit(tag, counts, exact)
+
     MEDIA_CACHE = 16  # decoded attachments kept between requests (the same picture, every turn)
 
     def _with_media(self, messages: list) -> list:
         """Messages whose "attachments" (files the window stored) become decoded media, here in
-        the engine thread: decoding a big picture must never hold up the window."""
+        the engine thread: decoding a big picture must never hold up the window. Text files go
+        into the message's text, each as a fenced block with its name and language."""
         from engine.media import load_media
+
+        from .text_files import decode_text, with_files
 
         if not any(m.get("attachments") for m in messages):
             return messages
@@ -261,16 +278,23 @@ class EngineWorker(QObject):
             if not files:
                 out.append(m)
                 continue
-            media = []
+            media, texts = [], []
             for f in files:
-                key = str(f["path"])
+                key, name = str(f["path"]), f.get("name") or Path(str(f["path"])).name
                 if key not in cache:
-                    cache[key] = load_media(f["path"], f.get("name") or Path(key).name)
+                    try:
+                        cache[key] = decode_text(Path(key).read_bytes()) if f.get("kind") == "text" \
+                            else load_media(key, name)
+                    except (OSError, ValueError) as err:
+                        raise TandemError(f"{name}: the attached file cannot be read ({err})") from None
                     while len(cache) > self.MEDIA_CACHE:
                         cache.popitem(last=False)
                 cache.move_to_end(key)
-                media.append(cache[key])
-            out.append({k: v for k, v in m.items() if k != "attachments"} | {"media": media})
+                (texts.append((name, cache[key])) if f.get("kind") == "text" else media.append(cache[key]))
+            d = {k: v for k, v in m.items() if k != "attachments"}
+            if texts:
+                d["content"] = with_files(d.get("content") or "", texts)
+            out.append(d | ({"media": media} if media else {}))
         return out
 
     @staticmethod

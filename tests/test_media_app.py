@@ -73,12 +73,12 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     # a file that is not a picture: one line, nothing attached
     win.attach_bar.clear()
     bad = tmp_path / "notes.png"
-    bad.write_bytes(b"not a picture")
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00 not a picture")  # binary: neither text nor a picture
     shown = []
     monkeypatch.setattr("app.composer.message", lambda p, icon, title, text, *a: shown.append(text))
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(bad)], ""))
     win.composer.attach_files()
-    assert not win.attach_bar.items and len(shown) == 1 and "notes.png" in shown[0]
+    assert not win.attach_bar.items and len(shown) == 1 and "notes.png: a binary file" in shown[0]
     cid = win.session.conversation_id
     win.close()
 
@@ -93,14 +93,15 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     w2.close()
 
 
-def test_attaching_is_off_without_a_projector(qtbot, tmp_path, tiny):
+def test_pictures_are_off_without_a_projector(qtbot, tmp_path, tiny):
     alone = tmp_path / "alone"
     alone.mkdir()
     target = shutil.copy(tiny["target"], alone / "gemma-4-test.gguf")
     drafter = shutil.copy(tiny[0.7], alone / "gemma-4-test-assistant.gguf")
     win = make_window(qtbot, tmp_path, target, drafter)
-    assert not win.session.model_info.vision and not win.attach_btn.isEnabled()
-    assert "no projector" in win.attach_btn.toolTip()
+    # text files still attach; pictures are off, and the button says why
+    assert not win.session.model_info.vision and win.attach_btn.isEnabled()
+    assert "Pictures are off" in win.attach_btn.toolTip() and "no projector" in win.attach_btn.toolTip()
     mime = QMimeData()
     mime.setImageData(QImage(40, 30, QImage.Format_RGB32))
     win.input.insertFromMimeData(mime)
