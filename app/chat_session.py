@@ -26,6 +26,9 @@ from .store import Store, chat_title
 from .widgets import MessageWidget
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
+MAX_TOOL_ROUNDS = 8  # answers in a row that call tools before the loop stops and says so
+TOOL_ROOM_TOKENS = 512  # what a tool's result must leave free in the context for the answer
+CHARS_PER_TOKEN = 3  # a cautious rate for tool output (code and JSON run short tokens)
 GENERATION_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
 
 
@@ -53,6 +56,18 @@ class ActiveReply:
     cont: ContinuedFrom | None = None
     compare: str = ""  # Compare: "baseline" or "mtp"
     chart: bool = True  # its speeds go on the chart (a Compare repeat adds numbers only)
+    tool_round: int = 0  # answers before this one that called tools, since the user's message
+
+
+@dataclass
+class ToolTurn:
+    """An answer's tool calls, waiting for the user's decisions and the tools' results."""
+
+    cid: int
+    widget: MessageWidget  # the answer that called; its cards show each call
+    calls: dict  # call id -> {"id", "name", "arguments"}
+    pending: list  # call ids not answered yet, in order
+    round: int
 
 
 def chat_options(settings: dict) -> tuple[bool, int | str, bool]:
@@ -90,6 +105,7 @@ class ChatSession(QObject):
     conversation_opened = Signal(int)
     chat_shown = Signal()  # the view shows the chat's path anew (opened, a version switched)
     compare_concluded = Signal(object)  # the CompareRun
+    tool_asked = Signal()  # a tool call waits for the user's approval
 
     def __init__(self, settings: Settings, store: Store, view: ChatView, compare_page: ComparePage,
                  worker=None, parent=None):
@@ -108,6 +124,10 @@ class ChatSession(QObject):
         self._pending_load: LoadRequest | None = None
         self._text_counts: dict = {}  # tag -> callback(counts, exact), for count_texts
         self._file_texts: dict = {}  # attachment path -> its text, for attached_files
+        self.tools = None  # app.tool_runner.ToolRunner: the MCP servers the user switched on
+        self.tool_turn: ToolTurn | None = None
+        self.force_tool = ""  # the user asked that the next answer call this tool
+        self._context_used = 0  # the open chat's tokens, as last counted
         self._start_worker(worker)
 
     def _start_worker(self, worker) -> None:
@@ -138,7 +158,8 @@ class ChatSession(QObject):
 
     @property
     def busy(self) -> bool:
-        return self.active is not None
+        """A reply streams, or an answer's tool calls wait for the user or their results."""
+        return self.active is not None or self.tool_turn is not None
 
     @property
     def loading_model(self) -> bool:
@@ -272,6 +293,7 @@ class ChatSession(QObject):
 
     def _on_counted(self, cid: int, used: int, n_ctx: int) -> None:
         if cid == self.conversation_id:
+            self._context_used = max(used, 0)
             self.context.emit(used, n_ctx)
 
     def count_texts(self, texts: list[str], done) -> None:
@@ -318,7 +340,7 @@ class ChatSession(QObject):
         attachments go as files, decoded in the engine thread."""
         out = []
         for m in self.store.messages(self.conversation_id, upto):
-            if m.role not in ("user", "assistant"):
+            if m.role not in ("user", "assistant", "tool"):
                 continue
             d = m.as_chat()
             files = [{"path": str(p), "name": str(i.get("name", "")), "kind": str(i.get("kind", "image"))}
@@ -335,7 +357,117 @@ class ChatSession(QObject):
         info = self.model_info
         can = bool(info and info.can_draft and (not info.remote or info.can_switch_mtp))
         return ReplySettings(**{key: self.settings[key] for key in GENERATION_KEYS}, use_mtp=use_mtp and can,
-                             draft_max=k, thinking=thinking)
+                             draft_max=k, thinking=thinking, tools=tuple(self.tool_declarations()))
+
+    # ---- tools -------------------------------------------------------------------------
+    def set_tool_runner(self, runner) -> None:
+        """The MCP servers' runner (app.tool_runner.ToolRunner): calls the user allowed go to it."""
+        self.tools = runner
+        runner.finished.connect(self._on_tool_finished)
+
+    def tools_available(self) -> str:
+        """Why this chat cannot offer tools ("" when it can)."""
+        info = self.model_info
+        if info is None:
+            return "no model is loaded"
+        if info.remote or not info.tools:
+            return ("tools are offered to local models only" if info.remote else
+                    "this model's chat template has no tool calling (Gemma 4's has)")
+        if self.tools is None or not self.tools.declarations():
+            return "no MCP server is switched on (Settings → Tools)"
+        return ""
+
+    def tools_on(self) -> bool:
+        return bool(self.chat_settings().get("tools"))
+
+    def set_tools_on(self, on: bool) -> None:
+        if self.conversation_id is not None:
+            self.store.set_conversation_settings(self.conversation_id, {**self.chat_settings(), "tools": bool(on)})
+
+    def tool_declarations(self) -> list[dict]:
+        """The tools this chat offers the model: the switched-on servers', when the chat has tools on."""
+        return self.tools.declarations() if self.tools_on() and not self.tools_available() else []
+
+    def _begin_tools(self, a: ActiveReply, calls: list) -> None:
+        """Show each call the answer made; ask the user about each (a tool allowed always in
+        this chat runs at once). Nothing runs before the user's yes."""
+        from .tool_view import ToolCard
+
+        self.store.set_tool(a.mid, {"calls": calls})
+        turn = self.tool_turn = ToolTurn(a.cid, a.widget, {c["id"]: c for c in calls}, [c["id"] for c in calls],
+                                         a.tool_round)
+        allowed = set(self.chat_settings().get("allowed_tools") or [])
+        asking = False
+        for c in calls:
+            info = self.tools.tool(c["name"]) if self.tools else None
+            card = ToolCard(c["id"], c["name"], c["arguments"], info.server if info else "")
+            card.decided.connect(lambda choice, cid=c["id"]: self.decide_tool(cid, choice))
+            turn.widget.add_tool_card(card)
+            if c["name"] in allowed:
+                self._run_tool(c)
+            else:
+                asking = True
+        if asking:
+            self.status.emit("The model wants to use a tool: allow or deny it", 0)
+            self.tool_asked.emit()
+
+    def decide_tool(self, call_id: str, choice: str) -> None:
+        """The user's answer to a call: "once", "always" (this tool, in this chat) or "deny"."""
+        turn = self.tool_turn
+        if turn is None or call_id not in turn.pending or turn.widget.tool_cards[call_id].state != "asking":
+            return
+        call = turn.calls[call_id]
+        if choice == "deny":
+            self._tool_answered(call_id, "denied", "you denied this call")
+            return
+        if choice == "always":
+            cs = self.chat_settings()
+            allowed = list(cs.get("allowed_tools") or [])
+            if call["name"] not in allowed:
+                self.store.set_conversation_settings(turn.cid, {**cs, "allowed_tools": allowed + [call["name"]]})
+            for other in list(turn.pending):  # the same tool asked again in this answer runs too
+                card = turn.widget.tool_cards[other]
+                if other != call_id and turn.calls[other]["name"] == call["name"] and card.state == "asking":
+                    self._run_tool(turn.calls[other])
+        self._run_tool(call)
+
+    def _run_tool(self, call: dict) -> None:
+        turn = self.tool_turn
+        turn.widget.tool_cards[call["id"]].set_state("running")
+        self.status.emit(f"Running {call['name']}…", 0)
+        n_ctx = self.model_info.n_ctx if self.model_info else 0
+        room = (n_ctx - self._context_used - TOOL_ROOM_TOKENS) * CHARS_PER_TOKEN if n_ctx else 10**6
+        self.tools.call(call["id"], call["name"], call["arguments"], timeout_s=self.settings["tool_timeout_s"],
+                        max_chars=max(room, 200))
+
+    def _on_tool_finished(self, call_id: str, outcome) -> None:
+        turn = self.tool_turn
+        if turn is not None and call_id in turn.pending and turn.widget.tool_cards[call_id].state == "running":
+            self._tool_answered(call_id, outcome.kind, outcome.text)
+
+    def _tool_answered(self, call_id: str, kind: str, text: str, go_on: bool = True) -> None:
+        """A call's result, or the one line saying why there is none, goes into the chat (for the
+        model and the user alike); when every call of the answer has one, the model goes on."""
+        turn = self.tool_turn
+        call = turn.calls[call_id]
+        for_model = text if kind == "ok" else f"The call did not run: {text}." if kind in ("denied", "stopped") \
+            else f"The call failed: {text}"
+        self.store.add_message(turn.cid, "tool", for_model, tool={"call_id": call_id, "name": call["name"],
+                                                                  "kind": kind})
+        turn.widget.tool_cards[call_id].set_outcome(kind, text)
+        turn.pending.remove(call_id)
+        if kind not in ("ok", "stopped"):
+            self.status.emit(f"{call['name']}: {text}", 8000)
+        if turn.pending:
+            return
+        self.tool_turn = None
+        if go_on and turn.round + 1 < MAX_TOOL_ROUNDS and turn.cid == self.conversation_id:
+            self._start_reply(tool_round=turn.round + 1)
+            return
+        if go_on:
+            self.status.emit(f"Stopped after {MAX_TOOL_ROUNDS} answers in a row that called tools", 8000)
+        self.busy_changed.emit()
+        self.count_context()
 
     def _request(self, messages: list[dict], settings: ReplySettings) -> None:
         self._generate.emit(ReplyRequest(self.active.rid, messages, settings))
@@ -394,7 +526,8 @@ class ChatSession(QObject):
         self.count_context()
         return w
 
-    def _start_reply(self, drop_oldest: bool = False, parent: int | None = None, cont: MessageWidget | None = None):
+    def _start_reply(self, drop_oldest: bool = False, parent: int | None = None, cont: MessageWidget | None = None,
+                     tool_round: int = 0):
         """Answer the chat's last message, or write a new version of the reply to `parent`, or
         continue the cut reply `cont`."""
         cid = self.conversation_id
@@ -413,15 +546,26 @@ class ChatSession(QObject):
         self.view.scroll_to_end()
         now = time.perf_counter()
         self.active = ActiveReply(self._next_rid(), now, widget=w, mid=mid, cid=cid, saved=now,
-                                  drop_oldest=drop_oldest, parent=parent,
+                                  drop_oldest=drop_oldest, parent=parent, tool_round=tool_round,
                                   cont=None if cont is None else ContinuedFrom(w.text, list(w.origins), w.thinking))
         self.stats_reset.emit(False)
         self.busy_changed.emit()
         self.status.emit("Generating…", 0)
         settings = self.reply_settings().but(drop_oldest=drop_oldest, answer_prefix=w.text if cont else "")
+        names = {t["function"]["name"] for t in settings.tools}
+        if self.force_tool and tool_round == 0:  # the user asked for this tool: this answer calls it
+            settings = settings.but(force_tool=self.force_tool if self.force_tool in names else "")
+            self.force_tool = ""
         self._request(history, settings)
 
     def stop(self) -> None:
+        turn = self.tool_turn
+        if turn is not None and self.active is None:  # calls waiting or running: none is answered further
+            for call_id in list(turn.pending):
+                self._tool_answered(call_id, "stopped", "you stopped before it ran"
+                                    if turn.widget.tool_cards[call_id].state == "asking" else
+                                    "you stopped while it ran", go_on=False)
+            return
         if self.active:
             self.worker.cancel(self.active.rid)
             if self.compare_run is not None:
@@ -517,6 +661,8 @@ class ChatSession(QObject):
         w.set_stats(result.stats)
         self.store.update_message(a.mid, answer, thinking, result.stats, origins)
         self.status.emit(result.stats.get("footer", ""), 8000)
+        if result.tool_calls and self.tools is not None:
+            self._begin_tools(a, result.tool_calls)  # busy until the calls are answered
         self.busy_changed.emit()
         self.view.mark_last()
         self.count_context()

@@ -61,6 +61,7 @@ class ModelInfo:
     mmproj: str = ""
     media_note: str = ""  # why pictures and sounds are off, when they are
     sources: list = field(default_factory=list)  # draft sources: "mtp" (the drafter), "lookup" (any local model)
+    tools: bool = False  # the chat template declares tools and reads calls (Gemma 4's does)
 
     @property
     def has_baseline(self) -> bool:
@@ -114,6 +115,8 @@ class ReplySettings:
     drop_oldest: bool = False  # leave out the oldest turns until the chat fits the context
     answer_prefix: str = ""  # Continue: the reply so far, written on from
     on_baseline_server: bool = False  # remote Compare: the baseline run goes to the baseline server
+    tools: tuple = ()  # OpenAI function declarations the model may call (the chat's MCP tools)
+    force_tool: str = ""  # the tool this reply must call (the user asked for it), "" for the model to choose
 
     def but(self, **changes) -> "ReplySettings":
         return replace(self, **changes)
@@ -136,6 +139,7 @@ class ReplyResult:
     usual_tps: float | None = None  # plain decoding speed this machine usually reaches with this model
     mtp_ceiling: float | None = None  # where measurements say MTP cannot beat plain decoding here
     mtp_costs_ms: tuple[float, float, float] | None = None  # those measurements: decode, verify of 2, draft step
+    tool_calls: list = field(default_factory=list)  # [{"id", "name", "arguments"}] the answer ends with
 
     @property
     def finish_reason(self) -> str:

@@ -55,9 +55,23 @@ class ChatView(QWidget):
                 self.remove(w)
 
     def show_messages(self, messages: list[Message]) -> None:
+        from .tool_view import ToolCard
+
         self.clear()
+        w = None
         for m in messages:
+            if m.role == "tool":  # a call's result: folded under the call, in the answer that made it
+                card = w.tool_cards.get((m.tool or {}).get("call_id")) if w is not None else None
+                if card is not None:
+                    kind = (m.tool or {}).get("kind", "ok")
+                    card.set_outcome(kind, m.content if kind == "ok" else
+                                     m.content.split(": ", 1)[-1].rstrip("."))
+                continue
             w = self.add(m.role, m.id)
+            for c in m.calls:
+                card = ToolCard(str(c.get("id", "")), str(c.get("name", "")), c.get("arguments") or {})
+                card.set_state("stopped")  # until its result is found after it
+                w.add_tool_card(card)
             if m.media:
                 w.set_media([(self.attachment_path(i), str(i.get("name", "")), str(i.get("kind", "image")),
                               str(i.get("source", ""))) for i in m.media])

@@ -21,6 +21,8 @@ from .widgets import InputBox
 class Composer(QWidget):
     refused = Signal(str)  # an attachment the loaded model cannot read: one line for the status bar
     editing_changed = Signal(object)  # the message whose new version is being written; None: no more
+    tools_toggled = Signal(bool)  # the chat's tools switched on or off
+    force_tool = Signal(str)  # the user asked that the next answer call this tool
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -55,8 +57,16 @@ class Composer(QWidget):
         menu.addActions([self.attach_files_act, self.attach_folder_act])
         self.attach_btn.setMenu(menu)
         self.attach_btn.setPopupMode(QToolButton.MenuButtonPopup)  # click: files; the arrow: a folder too
+        self.tools_btn = QToolButton()  # the chat's MCP tools: on or off, and which ones there are
+        self.tools_btn.setText("Tools")
+        self.tools_btn.setCheckable(True)
+        self.tools_btn.toggled.connect(self.tools_toggled)
+        self.tools_menu = QMenu(self.tools_btn)
+        self.tools_btn.setMenu(self.tools_menu)
+        self.tools_btn.setPopupMode(QToolButton.MenuButtonPopup)
         self.send_btn = QPushButton("Send")
         row.addWidget(self.input, 1)
+        row.addWidget(self.tools_btn)
         row.addWidget(self.attach_btn)
         row.addWidget(self.send_btn)
         lay.addLayout(row)
@@ -73,6 +83,24 @@ class Composer(QWidget):
             ("" if info.vision or info.audio else f". Pictures are off: {self.refusal('image')}"))
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or info is not None)
+
+    def show_tools(self, why_not: str, on: bool, tools: list, busy: bool) -> None:
+        """The Tools switch: this chat's choice, the tools the switched-on servers offer (each
+        can be asked for by name), or why there are none."""
+        b = self.tools_btn
+        b.blockSignals(True)
+        b.setChecked(on and not why_not)
+        b.blockSignals(False)
+        b.setEnabled(not why_not and not busy)
+        names = ", ".join(t.key for t in tools[:12]) + (" …" if len(tools) > 12 else "")
+        b.setToolTip(f"Tools are off: {why_not}" if why_not else
+                     f"Let the model use tools in this chat ({names}); you approve each call. "
+                     "The arrow asks for one by name")
+        self.tools_menu.clear()
+        for t in tools:
+            act = self.tools_menu.addAction(f"Make the next answer call {t.key}  ({t.server})")
+            act.setToolTip(t.description)
+            act.triggered.connect(lambda _=False, k=t.key: self.force_tool.emit(k))
 
     def begin_edit(self, w) -> None:
         """Put a message back in the input box; sending makes a new version of it."""

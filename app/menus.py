@@ -25,6 +25,7 @@ def build_menus(win) -> None:
                             ("Export chat as Markdown…", lambda: win.export("md"), None),
                             ("Export chat as JSON…", lambda: win.export("json"), None),
                             ("Settings…", win.open_settings, QKeySequence.Preferences),
+                            ("Tools (MCP servers)…", win.open_tools, None),
                             ("Quit", win.close, QKeySequence.Quit)):
         file_menu.addAction(_action(win, text, slot, key))
     chat = bar.addMenu("&Chat")

@@ -50,6 +50,7 @@ FIELDS: dict[str, Field] = {
     "drafter": Field("", _of(str)),
     "remote": Field(None, _optional_dict),  # {"connection", "model"}: a server model last used, else None
     "connections": Field([], _list_of_dicts),  # servers (app.connections.Connection as dicts; keys in the keyring)
+    "mcp_servers": Field([], _list_of_dicts),  # Settings → Tools (app.mcp_client.ServerConfig dicts), all off by default
     "target_gpu_layers": Field(0, _of(int)),
     "drafter_gpu_layers": Field(0, _of(int)),
     "n_ctx": Field(4096, _of(int)),
@@ -68,6 +69,7 @@ FIELDS: dict[str, Field] = {
     "geometry": Field("", _of(str)),  # the window's size and place (Qt's saveGeometry, base64)
     "show_charts": Field(True, _of(bool)),  # View → Speed charts
     "serve_port": Field(8080, lambda v: _of(int)(v) and 1024 <= v <= 65535),  # File → Local API server
+    "tool_timeout_s": Field(60, lambda v: _of(int)(v) and 1 <= v <= 3600),  # an allowed tool call's time limit
 }
 
 

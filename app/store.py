@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS messages (
     origins TEXT,
     created REAL NOT NULL,
     parent_id INTEGER,
-    media TEXT
+    media TEXT,
+    tool TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
@@ -51,7 +52,8 @@ MIGRATIONS = [
     ("conversations", "leaf_id", "ALTER TABLE conversations ADD COLUMN leaf_id INTEGER"),
     ("messages", "parent_id", "ALTER TABLE messages ADD COLUMN parent_id INTEGER"),
 ]
-LATER_COLUMNS = [("messages", "media", "ALTER TABLE messages ADD COLUMN media TEXT")]  # no data to move
+LATER_COLUMNS = [("messages", "media", "ALTER TABLE messages ADD COLUMN media TEXT"),  # no data to move
+                 ("messages", "tool", "ALTER TABLE messages ADD COLUMN tool TEXT")]
 CHAIN_OLD_MESSAGES = """
 UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
     WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id);
@@ -74,9 +76,23 @@ class Message:
     # the versions of this message (siblings under the same parent, oldest first) and which one it is
     versions: int = 1
     version: int = 1
+    # tools: an answer's calls {"calls": [{"id", "name", "arguments"}]}, or a tool message's
+    # {"call_id", "name", "kind"} (its content is the result, or the line saying why there is none)
+    tool: dict | None = None
+
+    @property
+    def calls(self) -> list:
+        return list((self.tool or {}).get("calls") or []) if self.role == "assistant" else []
 
     def as_chat(self) -> dict:
-        return {"role": self.role, "content": self.content}
+        d = {"role": self.role, "content": self.content}
+        if self.calls:  # the template writes them in the model's own call syntax
+            d["tool_calls"] = [{"id": c["id"], "type": "function",
+                                "function": {"name": c["name"], "arguments": c.get("arguments") or {}}}
+                               for c in self.calls]
+        if self.role == "tool" and self.tool:
+            d["tool_call_id"], d["name"] = self.tool.get("call_id", ""), self.tool.get("name", "")
+        return d
 
 
 @dataclass
@@ -105,6 +121,14 @@ def chat_title(text: str, limit: int = 48) -> str:
                 title = title[:limit].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
             return title
     return "Code snippet" if text.strip() else "New chat"
+
+
+def _tool_of(raw) -> dict | None:
+    try:
+        d = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def _media_list(raw) -> list:
@@ -213,7 +237,7 @@ class Store:
         try:
             for table, wanted in (("conversations", "id, title, created, updated, settings, leaf_id"),
                                   ("messages", "id, conversation_id, role, content, thinking, stats, origins, "
-                                               "created, parent_id, media")):
+                                               "created, parent_id, media, tool")):
                 try:  # the columns the damaged file has (it may be from an older version)
                     have = {r[1] for r in old.execute(f"PRAGMA table_info({table})")}
                     cols = ", ".join(c for c in wanted.split(", ") if c in have)
@@ -323,7 +347,7 @@ class Store:
         """The chat as shown: the path from the root to its leaf (or to message `upto`),
         each message with how many versions it has and which one this is."""
         rows = {r[0]: r for r in self.db.execute(
-            "SELECT id, role, content, thinking, stats, origins, parent_id, media FROM messages "
+            "SELECT id, role, content, thinking, stats, origins, parent_id, media, tool FROM messages "
             "WHERE conversation_id=?", (cid,))}
         path, mid = [], upto if upto is not None else self._leaf(cid)
         while mid is not None and mid in rows and len(path) <= len(rows):  # bounded: a damaged cycle ends
@@ -334,19 +358,20 @@ class Store:
             sibs = self._children(cid, r[6])
             out.append(Message(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None,
                                json.loads(r[5]) if r[5] else None, r[6], _media_list(r[7]), len(sibs),
-                               sibs.index(r[0]) + 1))
+                               sibs.index(r[0]) + 1, _tool_of(r[8])))
         return out
 
     def add_message(self, cid: int, role: str, content: str = "", thinking: str = "",
-                    parent: int | None | str = "leaf", media: list | None = None) -> int:
+                    parent: int | None | str = "leaf", media: list | None = None, tool: dict | None = None) -> int:
         """A new message after `parent` (default: the chat's leaf), which becomes the leaf.
         A parent that already has children makes this a new version beside them. `media`:
         what `save_attachment` returned for each attached file."""
         now = time.time()
         parent_id = self._leaf(cid) if parent == "leaf" else parent
         cur = self.db.execute("INSERT INTO messages(conversation_id, role, content, thinking, created, parent_id, "
-                              "media) VALUES (?,?,?,?,?,?,?)",
-                              (cid, role, content, thinking, now, parent_id, json.dumps(media) if media else None))
+                              "media, tool) VALUES (?,?,?,?,?,?,?,?)",
+                              (cid, role, content, thinking, now, parent_id, json.dumps(media) if media else None,
+                               json.dumps(tool) if tool else None))
         self.db.execute("UPDATE conversations SET updated=?, leaf_id=? WHERE id=?", (now, cur.lastrowid, cid))
         self.db.commit()
         return cur.lastrowid
@@ -356,6 +381,11 @@ class Store:
         self.db.execute("UPDATE messages SET content=?, thinking=?, stats=?, origins=? WHERE id=?",
                         (content, thinking, json.dumps(stats) if stats is not None else None,
                          json.dumps(origins) if origins is not None else None, mid))
+        self.db.commit()
+
+    def set_tool(self, mid: int, tool: dict | None) -> None:
+        """An answer's tool calls (or a tool message's call), once known."""
+        self.db.execute("UPDATE messages SET tool=? WHERE id=?", (json.dumps(tool) if tool else None, mid))
         self.db.commit()
 
     # attachments: content-addressed files beside the database, shared by every message that uses them
@@ -418,11 +448,22 @@ class Store:
 
     # export
     def export_markdown(self, cid: int) -> str:
+        """The chat as shown, with its attached files by name, its tool calls and their results."""
         c = self.conversation(cid)
         out = [f"# {c.title}\n"]
         for m in self.messages(cid):
+            if m.role == "tool":
+                t = m.tool or {}
+                out.append(f"**Tool result** (`{t.get('name', '')}`, {t.get('kind', 'ok')}):\n\n"
+                           f"{_fenced(m.content)}\n")
+                continue
             who = {"user": "You", "assistant": "Gemma", "system": "System"}.get(m.role, m.role)
-            out.append(f"**{who}:**\n\n{_closed_fences(m.content)}\n")
+            files = ", ".join(f"`{i.get('name', '')}`" for i in m.media)
+            out.append(f"**{who}:**" + (f" (attached: {files})" if files else "") +
+                       (f"\n\n{_closed_fences(m.content)}" if m.content else "") + "\n")
+            for call in m.calls:
+                out.append(f"**Gemma called** `{call.get('name', '')}` with:\n\n"
+                           f"{_fenced(json.dumps(call.get('arguments') or {}, indent=2, ensure_ascii=False), 'json')}\n")
             if m.stats and m.stats.get("footer"):
                 out.append(f"*{m.stats['footer']}*\n")
         return "\n".join(out)
@@ -431,6 +472,29 @@ class Store:
         c = self.conversation(cid)
         return json.dumps({
             "title": c.title, "settings": c.settings, "models": models or {}, "generation": app_settings or {},
-            "messages": [{"role": m.role, "content": m.content, "thinking": m.thinking, "stats": m.stats}
-                         for m in self.messages(cid)],
+            "messages": [_exported(m) for m in self.messages(cid)],
         }, indent=2, ensure_ascii=False)
+
+
+def _fenced(text: str, lang: str = "") -> str:
+    """Text in a code fence longer than any run of backticks inside it."""
+    longest = max((len(r) for r in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def _exported(m: Message) -> dict:
+    """One message for the JSON export: OpenAI's shape for tool calls and results, and the
+    attached files by name, kind and content hash."""
+    d = {"role": m.role, "content": m.content, "thinking": m.thinking, "stats": m.stats}
+    if m.media:
+        d["attachments"] = [{k: i.get(k) for k in ("name", "kind", "sha256", "source") if i.get(k)} for i in m.media]
+    chat = m.as_chat()
+    if "tool_calls" in chat:
+        d["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+            "name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
+            for c in chat["tool_calls"]]
+    if m.role == "tool":
+        d["tool_call_id"], d["name"] = chat.get("tool_call_id", ""), chat.get("name", "")
+        d["outcome"] = (m.tool or {}).get("kind", "ok")
+    return d

@@ -133,6 +133,10 @@ class MessageWidget(QFrame):
         lay.addLayout(self.media_row)
         self.media: list = []
         lay.addWidget(self.body)
+        self.tool_box = QVBoxLayout()  # the tool calls this answer ends with (app.tool_view.ToolCard)
+        self.tool_box.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(self.tool_box)
+        self.tool_cards: dict = {}  # call id -> ToolCard
         self.footer = QLabel(self)
         self.footer.setWordWrap(True)  # a long footer wraps instead of widening the window
         self.footer.setStyleSheet("color: gray; font-size: 11px")
@@ -192,6 +196,10 @@ class MessageWidget(QFrame):
             pix = thumbnail(path=path, side=160) if kind == "image" and path is not None else None
             self.media_row.insertWidget(self.media_row.count() - 1, tile(pix if pix is not None else QPixmap(),
                                                                         name, kind))
+
+    def add_tool_card(self, card) -> None:
+        self.tool_cards[card.call_id] = card
+        self.tool_box.addWidget(card)
 
     def set_content(self, text: str, thinking: str = "", origins: list | None = None) -> None:
         self.text = text

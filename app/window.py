@@ -51,6 +51,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.session = ChatSession(self.settings, self.store, self.chat_view, self.compare_page, worker, self)
         self.chat_view.attached_files = self.session.attached_files  # what code blocks are compared with
+        self._start_tools()
         self.chat_view.save_code.connect(self._save_code)
         self.chat_view.diff_code.connect(self._diff_code)
         self._wire_session()
@@ -227,6 +228,7 @@ class MainWindow(QMainWindow):
     def _update_controls(self) -> None:
         self.toolbar.show_model(self.session.model_info, self.session.busy)
         self.composer.show_model(self.session.model_info, self.session.busy)
+        self._update_tools()
 
     # ---- dialogs -----------------------------------------------------------------------
     def open_models(self) -> None:
@@ -328,6 +330,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{conv.title} — Tandem")
         self.context_label.setText("context: –")
         self.chat_list.refresh(cid)
+        self._update_tools()
         self._update_controls()
 
     def _chat_options_changed(self, *_):
@@ -422,6 +425,49 @@ class MainWindow(QMainWindow):
         elif name == "details" and w.stats:
             QMessageBox.information(self, "Acceptance per draft position", help_text.acceptance_details(w.stats))
 
+    # ---- tools (MCP) -------------------------------------------------------------------
+    def _start_tools(self) -> None:
+        """The MCP servers the user switched on (none by default) start in the background."""
+        from .mcp_client import load_servers
+        from .tool_runner import ToolRunner
+
+        self.tool_runner = ToolRunner(parent=self)
+        self.session.set_tool_runner(self.tool_runner)
+        self.tool_runner.listed.connect(lambda *_: self._update_tools())
+        c = self.composer
+        c.tools_toggled.connect(self._tools_toggled)
+        c.force_tool.connect(self._force_tool)
+        servers, problems = load_servers(self.settings)
+        for line in problems:
+            self.statusBar().showMessage(line, 8000)
+        self.tool_runner.refresh(servers)
+
+    def _update_tools(self) -> None:
+        if getattr(self, "tool_runner", None) is None:  # still being built
+            return
+        s = self.session
+        tools = [t for t in self.tool_runner.hub.tools() if self.tool_runner.tool(t.key) is not None]
+        self.composer.show_tools(s.tools_available(), s.tools_on(), tools, s.busy)
+
+    def _tools_toggled(self, on: bool) -> None:
+        self.session.set_tools_on(on)
+        self.statusBar().showMessage("Tools on in this chat: you approve each call" if on else
+                                     "Tools off in this chat", 5000)
+
+    def _force_tool(self, key: str) -> None:
+        if not self.session.tools_on():
+            self.session.set_tools_on(True)
+            self._update_tools()
+        self.session.force_tool = key
+        self.statusBar().showMessage(f"The next answer calls {key} (you still approve the call)", 8000)
+
+    def open_tools(self) -> None:
+        """Settings → Tools: the MCP servers, each with its switch and the tools it offers."""
+        from .tools_dialog import open_tools_dialog
+
+        open_tools_dialog(self.settings, self.tool_runner, self)
+        self._update_tools()
+
     def _save_code(self, code: str, suggested_name: str) -> None:
         from .diff_dialog import save_code_as
 
@@ -509,6 +555,7 @@ class MainWindow(QMainWindow):
         if self.server_panel is not None:
             self.server_panel.stop()  # before the engine goes
         self.session.close()
+        self.tool_runner.close()  # the MCP servers' processes end with the app
         self.settings.save()
         self.store.close()
         super().closeEvent(e)

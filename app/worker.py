@@ -23,6 +23,9 @@ from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
 from engine.template_sandbox import RenderCancelled
+from engine.tools import CallParser, calls_grammar
+
+TOOL_RESPONSE = "<|tool_response>"  # what Gemma 4 writes after its calls: the tool's turn
 
 from .chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
@@ -111,7 +114,7 @@ class EngineWorker(QObject):
             target_name=rt.target_info.path.name, drafter_name=rt.drafter_info.path.name if rt.drafter_info else "",
             n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason, sources=e.spec_sources,
             vision=bool(p and p.vision), audio=bool(p and p.audio), mmproj=str(p.info.path) if p else "",
-            media_note=media_note)
+            media_note=media_note, tools=bool(e.template is not None and e.template.supports_tools))
 
     @staticmethod
     def _load_pair(req: LoadRequest, opts, progress):
@@ -185,13 +188,19 @@ class EngineWorker(QObject):
             sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                                 repeat_penalty=s.repeat_penalty)
             gc = GenerationConfig(max_tokens=s.max_tokens, use_mtp=s.use_mtp, draft_max=s.draft_max, sampling=sp,
-                                  seed=s.seed)
+                                  seed=s.seed, grammar=self._tool_grammar(s))
             if s.drop_oldest:
                 messages = e.drop_oldest_turns(messages, s.thinking, stopped)
             if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
-            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stopped,
-                            answer_prefix=s.answer_prefix)
+            calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
+
+            def stop() -> bool:
+                return stopped() or bool(calls_done)
+
+            tools = {"tools": list(s.tools)} if s.tools else {}  # the window offers tools for local models only
+            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
+                            answer_prefix=s.answer_prefix, **tools)
         except RenderCancelled:
             self.failed.emit(rid, "cancelled", "")
             return
@@ -202,6 +211,8 @@ class EngineWorker(QObject):
             self.failed.emit(rid, "error", str(err))
             return
         usual_tps = self._usual_tps()  # before this run's own steps enter the median
+        parser = CallParser([t["function"]["name"] for t in s.tools]) if s.tools else None
+        calls = []
         answer, thinking, origins, timeline = [], [], [], []
         pending, last_emit = [], 0.0
         t0 = time.perf_counter()
@@ -210,15 +221,34 @@ class EngineWorker(QObject):
             for ev in events:
                 stats = ev.stats
                 now = time.perf_counter()
-                answer.append(ev.answer)
                 thinking.append(ev.thinking)
+                said = []
                 for p in ev.pieces:
                     origin = "lookup" if p.drafted and p.source == "lookup" else p.drafted
+                    if parser is not None and p.channel in ("answer", "control"):
+                        for kind, value in parser.feed(p.text if p.channel == "answer" else "", p.marker):
+                            if kind == "call":
+                                calls.append(value)
+                            else:  # text, or a call the parser gave back as the text it was
+                                said.append(value)
+                                origins.append([value, origin if value == p.text else False])
+                                pending.append([value, "answer", origin if value == p.text else False])
+                        if calls and p.marker == TOOL_RESPONSE:
+                            calls_done.append(True)
+                        continue
                     if p.channel == "answer":
                         origins.append([p.text, origin])
+                        said.append(p.text)
                     pending.append([p.text, p.channel, origin])
-                if ev.answer or ev.thinking:
-                    timeline.append([now - t0, ev.answer, ev.thinking])
+                if parser is not None and ev.finish_reason:
+                    rest = "".join(v for kind, v in parser.finish() if kind == "text")
+                    said.append(rest)
+                    if rest:
+                        origins.append([rest, False])
+                        pending.append([rest, "answer", False])
+                answer.append("".join(said) if parser is not None else ev.answer)
+                if answer[-1] or ev.thinking:
+                    timeline.append([now - t0, answer[-1], ev.thinking])
                 if now - last_emit >= EMIT_INTERVAL_S or ev.finish_reason:
                     self.stream.emit(rid, pending, self._live(stats))
                     pending, last_emit = [], now
@@ -229,8 +259,11 @@ class EngineWorker(QObject):
                 self.stream.emit(rid, pending, self._live(stats) if stats else {})
             self.failed.emit(rid, "error", str(err))
             return
-        result = ReplyResult("".join(answer), "".join(thinking), origins, timeline,
-                             self._live(stats) if stats else {}, usual_tps)
+        live = self._live(stats) if stats else {}
+        if calls and live.get("finish_reason") in ("stop", "cancelled") and not stopped():
+            live["finish_reason"] = "tool_calls"  # it stopped to let the tool answer
+        result = ReplyResult("".join(answer), "".join(thinking), origins, timeline, live, usual_tps,
+                             tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
         if stats and stats.mode in ("mtp", "hybrid") and e.kind == "local":
             self._mtp_limit(result)
         self.finished.emit(rid, result)
@@ -245,6 +278,13 @@ class EngineWorker(QObject):
         except TandemError:
             return  # the meter stays as it was; sending will report the problem
         self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)
+
+    @staticmethod
+    def _tool_grammar(s) -> str | None:
+        """The user asked for a tool: the reply is one call of it, its arguments as its schema says."""
+        if not (s.force_tool and s.tools):
+            return None
+        return calls_grammar(list(s.tools), s.force_tool, parallel=False, thinking=s.thinking)
 
     @Slot(int, list)
     def count_texts(self, tag: int, texts: list) -> None:
