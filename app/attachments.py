@@ -131,7 +131,7 @@ def tile(pixmap: QPixmap, label: str, kind: str) -> QLabel:
     if kind == "image" and not pixmap.isNull():
         w.setPixmap(pixmap)
     else:
-        w.setText({"audio": "♪ ", "text": "📄 "}.get(kind, "") + label)
+        w.setText({"audio": "♪ ", "text": "▤ "}.get(kind, "") + label)
         w.setTextFormat(Qt.PlainText)
     w.setObjectName("attachmentTile")
     return w

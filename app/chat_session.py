@@ -339,10 +339,16 @@ class ChatSession(QObject):
         """The messages sent to the model: the chat's path (to its leaf, or to message `upto`);
         attachments go as files, decoded in the engine thread."""
         out = []
+        # earlier tool calls and results go to a model whose template reads them (Gemma 4's,
+        # locally); to any other the chat goes on without them
+        info = self.model_info
+        keep_tools = bool(info and info.tools and not info.remote)
         for m in self.store.messages(self.conversation_id, upto):
-            if m.role not in ("user", "assistant", "tool"):
+            if m.role not in ("user", "assistant", "tool") or (m.role == "tool" and not keep_tools):
                 continue
             d = m.as_chat()
+            if not keep_tools:
+                d.pop("tool_calls", None)
             files = [{"path": str(p), "name": str(i.get("name", "")), "kind": str(i.get("kind", "image"))}
                      for i in m.media if (p := self.store.attachment_path(i)) is not None]
             if files:

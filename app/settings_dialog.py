@@ -1,4 +1,4 @@
-"""The settings dialog: models, hardware, sampling, system prompt, theme."""
+"""The settings dialog: models, hardware, sampling, system prompt, theme, servers and tools."""
 
 from __future__ import annotations
 
@@ -61,11 +61,13 @@ class SettingsDialog(QDialog):
             "min_p": dspin("min_p", 0.0, 0.99, 0.01),
             "repeat_penalty": dspin("repeat_penalty", 0.5, 2.0, 0.01),
             "max_tokens": spin("max_tokens", 1, 131072, "Longest reply in tokens"),
+            "tool_timeout_s": spin("tool_timeout_s", 1, 3600, "How long an allowed tool call may run before it is "
+                                                              "given up (the model is told)"),
         }
         labels = {"target_gpu_layers": "GPU layers (model)", "drafter_gpu_layers": "GPU layers (drafter)",
                   "n_ctx": "Context size", "threads": "Threads", "temperature": "Temperature (0 = greedy)",
                   "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "repeat_penalty": "Repetition penalty",
-                  "max_tokens": "Max reply tokens"}
+                  "max_tokens": "Max reply tokens", "tool_timeout_s": "Tool time limit (s)"}
         for key, w in self.fields.items():
             form.addRow(labels[key], w)
         self.system = QPlainTextEdit(settings["system_prompt"])
@@ -79,6 +81,11 @@ class SettingsDialog(QDialog):
         conns.setToolTip("Servers (llama-server, vLLM, …) that run Gemma 4 for you; their models join the picker")
         conns.clicked.connect(self._connections)
         form.addRow("Servers", conns)
+        tools = QPushButton("MCP servers…")
+        tools.setToolTip("Tools the model may use in a chat, each call only with your yes (Model Context Protocol)")
+        tools.clicked.connect(self._tools)
+        tools.setEnabled(hasattr(self.parent(), "open_tools"))
+        form.addRow("Tools", tools)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -88,6 +95,9 @@ class SettingsDialog(QDialog):
         from .connections import ConnectionsDialog
 
         ConnectionsDialog(self.settings, self).exec()
+
+    def _tools(self) -> None:
+        self.parent().open_tools()  # the window's: it owns the running servers
 
     def _browse(self, edit: QLineEdit, title: str):
         path, _ = QFileDialog.getOpenFileName(self, title, edit.text(), "GGUF models (*.gguf)")

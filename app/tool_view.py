@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPush
 
 ARGS_SHOWN = 2000  # characters of the arguments shown on the card (the tooltip has more)
 RESULT_SHOWN = 100_000  # characters of a result shown when unfolded
+RESULT_LINES = 14  # the unfolded result's height at most (it scrolls past that)
 
 # what a card says in each state; an outcome's own line follows for the ones that failed
 STATES = {"asking": "Waiting for your approval", "running": "Running…", "ok": "Done", "denied": "Denied",
@@ -20,6 +21,8 @@ STATES = {"asking": "Waiting for your approval", "running": "Running…", "ok": 
 
 
 def arguments_text(arguments: dict, limit: int = ARGS_SHOWN) -> str:
+    if not arguments:
+        return "(no arguments)"
     text = json.dumps(arguments, ensure_ascii=False, indent=1)
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -38,7 +41,7 @@ class ToolCard(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 6, 8, 6)
         lay.setSpacing(4)
-        self.title = QLabel(f"🔧 {name}" + (f"  ·  {server}" if server else ""))
+        self.title = QLabel(f"⚙ {name}" + (f"  ·  {server}" if server else ""))
         self.title.setTextFormat(Qt.PlainText)
         self.title.setStyleSheet("font-weight:600")
         lay.addWidget(self.title)
@@ -70,7 +73,6 @@ class ToolCard(QFrame):
         self.result = QPlainTextEdit()
         self.result.setReadOnly(True)
         self.result.setFont(QFontDatabase.systemFont(QFontDatabase.FixedFont))
-        self.result.setMaximumHeight(220)
         self.result.hide()
         lay.addWidget(self.result)
         self.set_state("asking")
@@ -90,6 +92,8 @@ class ToolCard(QFrame):
         if kind == "ok":
             self.set_state("ok")
             self.result.setPlainText(text[:RESULT_SHOWN] + ("…" if len(text) > RESULT_SHOWN else ""))
+            lines = min(text.count("\n") + 1, RESULT_LINES)  # a short result takes a short box
+            self.result.setFixedHeight(self.result.fontMetrics().lineSpacing() * lines + 14)
             self.fold.setText(f"▸ Result ({len(text):,} characters)")
             self.fold.show()
         else:

@@ -200,6 +200,7 @@ class MessageWidget(QFrame):
     def add_tool_card(self, card) -> None:
         self.tool_cards[card.call_id] = card
         self.tool_box.addWidget(card)
+        self.body.setVisible(bool(self.text.strip()))  # an answer that is only calls shows only them
 
     def set_content(self, text: str, thinking: str = "", origins: list | None = None) -> None:
         self.text = text

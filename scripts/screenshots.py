@@ -1,10 +1,12 @@
 """Screenshots of the real app with the synthetic models, for the README and for review.
 
-    xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots [dark]
+    xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots [dark] [coding]
 
 Writes chat.png, compare.png, origins.png, vision.png (a chat with a picture), models.png,
-small.png (the window at 800x600) and welcome.png; with "dark", the same with a -dark suffix. Uses a temporary settings file, chat
-database and model library, so your own are not touched.
+small.png (the window at 800x600) and welcome.png; with "coding" instead: files.png (an attached
+file, a reply's code block and its diff), folder.png, tools.png (calls to the tests' MCP server)
+and tools-settings.png. With "dark", each with a -dark suffix. Uses a temporary settings file,
+chat database and model library, so your own are not touched.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from pathlib import Path
 
 
-def main(out: Path, theme: str = "light") -> int:
+def main(out: Path, theme: str = "light", which: str = "") -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.theme import apply_theme
@@ -28,7 +30,8 @@ def main(out: Path, theme: str = "light") -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="tandem-shots-"))
-    target, drafter = make_test_models(tmp / "models", "tiny", 0.8)
+    # the coding shots need Gemma 4's own template (tool calls); the rest keep the plain one
+    target, drafter = make_test_models(tmp / "models", "tiny", 0.8, **({"template": "gemma4"} if which else {}))
     app = QApplication.instance() or QApplication(sys.argv[:1])
     settings = Settings(tmp / "settings.json")
     settings.update(target=str(target), drafter=str(drafter), max_tokens=160, theme=theme)
@@ -59,6 +62,10 @@ def main(out: Path, theme: str = "light") -> int:
         print(out / name)
 
     wait(lambda: win.session.model_info is not None)
+    if which == "coding":
+        coding_shots(win, tmp, wait, shot)
+        win.close()
+        return 0
     for prompt in ("Hello! Who are you?", "Write a Python function that adds two numbers."):
         win.input.setPlainText(prompt)
         win.send()
@@ -115,6 +122,76 @@ def main(out: Path, theme: str = "light") -> int:
     return 0
 
 
+def coding_shots(win, tmp: Path, wait, shot) -> None:
+    """Files, a folder, a diff and MCP tool calls (the tests' own MCP server answers)."""
+    from app.attachments import check
+    from app.diff_dialog import DiffDialog
+    from app.folder_dialog import FolderDialog
+    from app.mcp_client import load_servers
+    from app.text_files import AttachedFile
+    from app.tools_dialog import ToolsDialog
+
+    code = 'def area(w, h):\n    """The area of a w by h rectangle."""\n    return w * h\n'
+    src = tmp / "project" / "geometry.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(code)
+    (src.parent / "README.md").write_text("# Geometry\nSmall helpers.\n")
+    (src.parent / ".gitignore").write_text("*.log\n")
+    (src.parent / "debug.log").write_text("noise\n")
+    win.settings["max_tokens"] = 24
+    win.composer.add_attachments([check(code.encode(), "geometry.py", str(src))])
+    wait(lambda: all(i.tokens for i in win.attach_bar.items))
+    win.input.setPlainText("Add a perimeter function")
+    win.send()
+    wait(lambda: not win.session.busy)
+    edited = code + '\n\ndef perimeter(w, h):\n    """Twice the sum of the sides."""\n    return 2 * (w + h)\n'
+    win.store.add_message(win.session.conversation_id, "assistant",
+                          f"Here is geometry.py with a perimeter:\n\n```python\n{edited}```\n")
+    win.session.show_chat()
+    win.input.setPlainText("Now write tests for both")
+    shot("files.png")
+    dlg = DiffDialog(edited, AttachedFile("geometry.py", code, str(src)), win)
+    dlg.resize(900, 420)
+    dlg.show()
+    shot("diff.png", dlg)
+    dlg.close()
+    folder = FolderDialog(str(src.parent), win.composer.count_texts, 3000, win)
+    folder.show()
+    wait(lambda: folder._tokens is not None)
+    folder._tick_all(True)
+    shot("folder.png", folder)
+    folder.close()
+
+    server = Path(__file__).resolve().parent.parent / "tests" / "mcp_test_server.py"
+    win.settings["mcp_servers"] = [{"name": "notes", "transport": "stdio", "command": sys.executable,
+                                    "args": [str(server)], "env": {}, "enabled": True}]
+    win.tool_runner.refresh(load_servers(win.settings)[0])
+    wait(lambda: win.composer.tools_btn.isEnabled())
+    tools = ToolsDialog(win.settings, win.tool_runner, win)
+    tools.show()
+    wait(lambda: True, 3)
+    shot("tools-settings.png", tools)
+    tools.reject()
+    win.new_conversation()
+    win.charts_act.setChecked(False)  # room for the calls
+    win.mtp_banner.hide()
+    win._force_tool("today")
+    win.input.setPlainText("What is the date today?")
+    win.send()
+    wait(lambda: win.session.tool_turn is not None)
+    card = next(iter(win.session.tool_turn.widget.tool_cards.values()))
+    card.buttons["once"].click()
+    wait(lambda: not win.session.busy)
+    card.fold.click()
+    win._force_tool("big_page")
+    win.input.setPlainText("And the long page?")
+    win.send()
+    wait(lambda: win.session.tool_turn is not None)
+    shot("tools.png")
+    win.stop()
+    win.charts_act.setChecked(True)
+
+
 if __name__ == "__main__":
     sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "resources/screenshots"),
-                  sys.argv[2] if len(sys.argv) > 2 else "light"))
+                  sys.argv[2] if len(sys.argv) > 2 else "light", sys.argv[3] if len(sys.argv) > 3 else ""))

@@ -26,6 +26,7 @@ class FakeWorker(QObject):
     finished = Signal(int, object)
     failed = Signal(int, str, str)
     counted = Signal(int, int, int)
+    texts_counted = Signal(int, list, bool)
 
     def __init__(self):
         super().__init__()
@@ -40,6 +41,9 @@ class FakeWorker(QObject):
 
     def count_tokens(self, cid, messages, thinking):
         self.counted.emit(cid, sum(len(m["content"]) for m in messages), 4096)
+
+    def count_texts(self, tag, texts):
+        self.texts_counted.emit(tag, [len(t.split()) for t in texts], False)
 
     def shutdown(self):
         pass

@@ -84,7 +84,7 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
     prompt = win.session.worker.engine.detokenize(win.session.worker.engine.format_chat(seen[-1]))
     assert CODE in prompt  # the template passes the file through whole
     user = win.chat_view.widgets()[-2]
-    assert _chips(user) == ["📄 geometry.py", "📄 NOTES"]
+    assert _chips(user) == ["▤ geometry.py", "▤ NOTES"]
     stored = win.store.messages(win.session.conversation_id)[-2].media
     assert [m["kind"] for m in stored] == ["text", "text"] and stored[0]["source"] == str(src.resolve())
     assert win.store.attachment_path(stored[0]).read_text() == CODE  # kept with the chat, by content
@@ -99,7 +99,7 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
     qtbot.waitUntil(lambda: w2.session.model_info is not None, timeout=TIMEOUT)
     w2.open_conversation(cid)
     user = [w for w in w2.chat_view.widgets() if w.role == "user"][0]
-    assert _chips(user) == ["📄 geometry.py", "📄 NOTES"]
+    assert _chips(user) == ["▤ geometry.py", "▤ NOTES"]
     w2.edit_message(user)
     _counted(qtbot, w2, 2)
     assert [(i.name, i.source) for i in w2.attach_bar.items] == [("geometry.py", str(src.resolve())),
@@ -211,4 +211,49 @@ def test_a_folder_honours_gitignore_and_the_ticked_files_are_sent(qtbot, tmp_pat
                                                                    str((root / "src" / "cart.py").resolve()))]
     send(qtbot, win, "Review the cart")
     assert seen[-1][-1]["content"].startswith("File: shop/src/cart.py\n```python\n" + CODE)
+    win.close()
+
+
+def test_a_reply_that_edits_an_attached_file_shows_the_diff_and_saves_over_only_when_confirmed(
+        qtbot, tmp_path, tiny, monkeypatch):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from app.diff_dialog import DiffDialog
+
+    from .test_code_blocks import click_link
+
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
+    src = tmp_path / "geometry.py"
+    src.write_text(CODE)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    win.composer.attach_files()
+    _counted(qtbot, win, 1)
+    send(qtbot, win, "Add a perimeter function")
+    # the reply as a real model would write it (the synthetic one writes no code): a new version
+    edited = CODE + '\n\ndef perimeter(w, h):\n    """Twice the sum of the sides."""\n    return 2 * (w + h)\n'
+    cid = win.session.conversation_id
+    win.store.add_message(cid, "assistant", f"Here is geometry.py with a perimeter:\n\n```python\n{edited}```\n")
+    win.session.show_chat()
+    reply = win.chat_view.widgets()[-1]
+    assert "Diff with geometry.py" in reply.body.toPlainText()
+
+    answers, seen = [QMessageBox.No, QMessageBox.Yes], {}
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: answers.pop(0))
+
+    def drive():
+        dlg = QApplication.activeModalWidget()
+        assert isinstance(dlg, DiffDialog)
+        seen["summary"] = dlg.summary.text()
+        dlg.save_over_btn.click()  # the user says No: nothing is written
+        seen["after_no"] = src.read_text()
+        dlg.save_over_btn.click()  # then Yes
+        seen["status"] = dlg.status.text()
+        dlg.reject()
+
+    QTimer.singleShot(0, drive)
+    click_link(qtbot, reply, "diff:0")
+    qtbot.waitUntil(lambda: "status" in seen, timeout=TIMEOUT)
+    assert seen["summary"] == "+5 −0 lines" and seen["after_no"] == CODE
+    assert seen["status"] == f"Saved over {src.resolve()}" and src.read_text() == edited.rstrip("\n") + "\n"
     win.close()
