@@ -84,7 +84,7 @@ def read_file(path: str | Path) -> Attachment:
         if p.stat().st_size > MAX_MEDIA_BYTES:
             raise AttachmentError(f"{p.name}: larger than {MAX_MEDIA_BYTES // 2**20} MB")
         if p.is_dir():
-            raise AttachmentError(f"{p.name}: a folder (File → Attach folder… takes folders)")
+            raise AttachmentError(f"{p.name}: a folder (the arrow beside Attach… takes a folder's files)")
         return check(p.read_bytes(), p.name, str(p.resolve()))
     except OSError as e:
         raise AttachmentError(f"{p.name}: cannot be read ({e.strerror or e})") from None

@@ -5,7 +5,10 @@ the engine worker (in its own QThread). It builds each request's history and set
 the store as replies stream, recovers from failures (a regenerate that never started brings
 back the previous version; a cut reply keeps its text and can be continued) and decides what
 an overflowing chat needs — asking the window through `overflow` only where the user must
-choose. The window shows; the session decides. Tests drive it with a stand-in worker.
+choose. An answer that calls tools (MCP) is held on a `ToolTurn`: each call waits for the
+user's yes on its card, runs through the ToolRunner, and its result (or the one line why there
+is none) goes into the chat before the model is asked to go on. The window shows; the session
+decides. Tests drive it with a stand-in worker.
 """
 
 from __future__ import annotations
@@ -667,8 +670,8 @@ class ChatSession(QObject):
         w.set_stats(result.stats)
         self.store.update_message(a.mid, answer, thinking, result.stats, origins)
         self.status.emit(result.stats.get("footer", ""), 8000)
-        if result.tool_calls and self.tools is not None:
-            self._begin_tools(a, result.tool_calls)  # busy until the calls are answered
+        if result.tool_calls and self.tools is not None and result.finish_reason != "cancelled":
+            self._begin_tools(a, result.tool_calls)  # busy until the calls are answered (a stopped reply's never run)
         self.busy_changed.emit()
         self.view.mark_last()
         self.count_context()

@@ -150,6 +150,10 @@ class Composer(QWidget):
         self.add_attachments(items)
 
     def paste_media(self, mime) -> None:
+        folders = [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and Path(u.toLocalFile()).is_dir()] \
+            if mime.hasUrls() else []
+        if folders:  # a dropped folder opens its tree, to pick its files
+            self.attach_folder(folders[0])
         try:
             self.add_attachments(from_mime(mime))
         except AttachmentError as e:

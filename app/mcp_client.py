@@ -40,24 +40,17 @@ from mcp.types import Implementation
 from engine import __version__
 from engine.tools import MAX_TOOLS, MAX_TOOLS_BYTES, NAME, ToolError, check_tools
 
-try:  # mcp 2.x
-    from mcp.shared.exceptions import MCPError as _SdkError
-    from mcp_types import jsonrpc_message_adapter as _adapter
+from mcp.shared.exceptions import MCPError as _SdkError
+from mcp_types import jsonrpc_message_adapter as _adapter
 
-    def _parse(line: str):
-        return _adapter.validate_json(line, by_name=False)
 
-    def _dump(message) -> str:
-        return message.model_dump_json(by_alias=True, exclude_unset=True)
-except ImportError:  # mcp 1.x
-    from mcp.shared.exceptions import McpError as _SdkError
-    from mcp.types import JSONRPCMessage
+def _parse(line: str):
+    return _adapter.validate_json(line, by_name=False)
 
-    def _parse(line: str):
-        return JSONRPCMessage.model_validate_json(line)
 
-    def _dump(message) -> str:
-        return message.model_dump_json(by_alias=True, exclude_none=True)
+def _dump(message) -> str:
+    return message.model_dump_json(by_alias=True, exclude_unset=True)
+
 
 CONNECTION_CLOSED = -32000  # the SDK's error code when the connection ends under a request
 MAX_RESULT_CHARS = 50_000  # a result longer than this does not go to the model (callers may pass less)
@@ -475,8 +468,7 @@ class _Stdio:
 def _http_client(url: str):
     from mcp.client import streamable_http as sh
 
-    connect = getattr(sh, "streamable_http_client", None) or sh.streamablehttp_client  # 2.x / older 1.x
-    return connect(url)
+    return sh.streamable_http_client(url)
 
 
 # ---- the hub ----------------------------------------------------------------------------
@@ -755,10 +747,7 @@ class ToolHub:
             if cursor is None:
                 page = await session.list_tools()
             else:
-                try:
-                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
-                except TypeError:  # mcp 1.x before `params`
-                    page = await session.list_tools(cursor=cursor)
+                page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
             out.extend(t.model_dump(by_alias=True, mode="json") for t in page.tools)
             cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
             if not cursor or len(out) > MAX_TOOLS:

@@ -17,7 +17,7 @@ from pygments.util import ClassNotFound
 from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
 from .code_match import BEFORE_CHARS, match_file
-from .safe_text import images_to_links
+from .safe_text import fragments, images_to_links
 from .text_files import AttachedFile, language_of
 
 FENCE = re.compile(r"^```[ \t]*([^\n]*)\n(.*?)(?:^```[ \t]*$|\Z)", re.S | re.M)
@@ -138,17 +138,8 @@ def render_markdown(doc: QTextDocument, text: str, dark: bool = False, files: li
 def relabel_link(doc: QTextDocument, href: str, label: str) -> None:
     """Change the text of our header link `href` in place (a Copy link's "Copied ✓"): no
     re-render, so the layout and the user's selection stay as they are."""
-    found = []
-    block = doc.begin()
-    while block.isValid():
-        it = block.begin()
-        while not it.atEnd():
-            frag = it.fragment()
-            fmt = frag.charFormat()
-            if frag.isValid() and fmt.property(OUR_LINK) and fmt.anchorHref() == href:
-                found.append((frag.position(), frag.length(), fmt))
-            it += 1
-        block = block.next()
+    found = [(f.position(), f.length(), f.charFormat()) for f in fragments(doc)
+             if f.charFormat().property(OUR_LINK) and f.charFormat().anchorHref() == href]
     for pos, length, fmt in reversed(found):
         cur = QTextCursor(doc)
         cur.setPosition(pos)

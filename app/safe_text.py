@@ -55,21 +55,28 @@ def open_web_link(url: QUrl) -> bool:
     return False
 
 
-def images_to_links(doc: QTextDocument) -> None:
-    """Replace each image in `doc` by a link '[image: alt]' to its address: the user sees
-    where it points and can open it deliberately; nothing is fetched."""
-    found = []
+def fragments(doc: QTextDocument):
+    """Every run of text with one format in `doc`, in order."""
     block = doc.begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
             frag = it.fragment()
-            fmt = frag.charFormat()
-            if frag.isValid() and fmt.isImageFormat():
-                alt = fmt.property(_ALT) if _ALT is not None else ""
-                found.append((frag.position(), frag.length(), fmt.toImageFormat().name(), alt or ""))
+            if frag.isValid():
+                yield frag
             it += 1
         block = block.next()
+
+
+def images_to_links(doc: QTextDocument) -> None:
+    """Replace each image in `doc` by a link '[image: alt]' to its address: the user sees
+    where it points and can open it deliberately; nothing is fetched."""
+    found = []
+    for frag in fragments(doc):
+        fmt = frag.charFormat()
+        if fmt.isImageFormat():
+            alt = fmt.property(_ALT) if _ALT is not None else ""
+            found.append((frag.position(), frag.length(), fmt.toImageFormat().name(), alt or ""))
     for pos, length, src, alt in reversed(found):
         cur = QTextCursor(doc)
         cur.setPosition(pos)

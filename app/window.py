@@ -427,26 +427,33 @@ class MainWindow(QMainWindow):
 
     # ---- tools (MCP) -------------------------------------------------------------------
     def _start_tools(self) -> None:
-        """The MCP servers the user switched on (none by default) start in the background."""
-        from .mcp_client import load_servers
-        from .tool_runner import ToolRunner
-
-        self.tool_runner = ToolRunner(parent=self)
-        self.session.set_tool_runner(self.tool_runner)
-        self.tool_runner.listed.connect(lambda *_: self._update_tools())
+        """The MCP servers the user switched on (none by default) start in the background; with
+        none on, the MCP SDK is not even imported (half a second less at start) until Tools opens."""
+        self.tool_runner = None
         c = self.composer
         c.tools_toggled.connect(self._tools_toggled)
         c.force_tool.connect(self._force_tool)
-        servers, problems = load_servers(self.settings)
-        for line in problems:
-            self.statusBar().showMessage(line, 8000)
-        self.tool_runner.refresh(servers)
+        if any(isinstance(d, dict) and d.get("enabled") is True for d in self.settings["mcp_servers"]):
+            self._tool_runner()
+
+    def _tool_runner(self):
+        """The runner of the MCP servers, started on first need with the saved servers."""
+        if self.tool_runner is None:
+            from .mcp_client import load_servers
+            from .tool_runner import ToolRunner
+
+            self.tool_runner = ToolRunner(parent=self)
+            self.session.set_tool_runner(self.tool_runner)
+            self.tool_runner.listed.connect(lambda *_: self._update_tools())
+            servers, problems = load_servers(self.settings)
+            for line in problems:
+                self.statusBar().showMessage(line, 8000)
+            self.tool_runner.refresh(servers)
+        return self.tool_runner
 
     def _update_tools(self) -> None:
-        if getattr(self, "tool_runner", None) is None:  # still being built
-            return
-        s = self.session
-        tools = [t for t in self.tool_runner.hub.tools() if self.tool_runner.tool(t.key) is not None]
+        s, runner = self.session, getattr(self, "tool_runner", None)
+        tools = [t for t in runner.hub.tools() if runner.tool(t.key) is not None] if runner else []
         self.composer.show_tools(s.tools_available(), s.tools_on(), tools, s.busy)
 
     def _tools_toggled(self, on: bool) -> None:
@@ -465,7 +472,7 @@ class MainWindow(QMainWindow):
         """Settings → Tools: the MCP servers, each with its switch and the tools it offers."""
         from .tools_dialog import open_tools_dialog
 
-        open_tools_dialog(self.settings, self.tool_runner, self)
+        open_tools_dialog(self.settings, self._tool_runner(), self)
         self._update_tools()
 
     def _save_code(self, code: str, suggested_name: str) -> None:
@@ -555,7 +562,8 @@ class MainWindow(QMainWindow):
         if self.server_panel is not None:
             self.server_panel.stop()  # before the engine goes
         self.session.close()
-        self.tool_runner.close()  # the MCP servers' processes end with the app
+        if self.tool_runner is not None:
+            self.tool_runner.close()  # the MCP servers' processes end with the app
         self.settings.save()
         self.store.close()
         super().closeEvent(e)

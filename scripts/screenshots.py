@@ -165,7 +165,7 @@ def coding_shots(win, tmp: Path, wait, shot) -> None:
     server = Path(__file__).resolve().parent.parent / "tests" / "mcp_test_server.py"
     win.settings["mcp_servers"] = [{"name": "notes", "transport": "stdio", "command": sys.executable,
                                     "args": [str(server)], "env": {}, "enabled": True}]
-    win.tool_runner.refresh(load_servers(win.settings)[0])
+    win._tool_runner().refresh(load_servers(win.settings)[0])
     wait(lambda: win.composer.tools_btn.isEnabled())
     tools = ToolsDialog(win.settings, win.tool_runner, win)
     tools.show()

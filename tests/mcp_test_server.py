@@ -13,16 +13,8 @@ import asyncio
 import os
 import sys
 
-try:  # mcp 2.x renamed FastMCP to MCPServer
-    from mcp.server.mcpserver import MCPServer as _Server
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    V2 = True
-except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import FastMCP as _Server
-    from mcp.server.fastmcp.exceptions import ToolError
-
-    V2 = False
+from mcp.server.mcpserver import MCPServer as _Server  # FastMCP's name in mcp 2
+from mcp.server.mcpserver.exceptions import ToolError
 
 NOTE = "Buy milk. Call Ada at noon."
 
@@ -34,8 +26,8 @@ def _log(line: str) -> None:
             f.write(line + "\n")
 
 
-def build(**kw):
-    server = _Server("tandem-test", **kw)
+def build():
+    server = _Server("tandem-test")
 
     @server.tool(description="Add two integers and return the sum.")
     def add(a: int, b: int) -> str:
@@ -93,10 +85,7 @@ def build(**kw):
 def main(argv: list[str]) -> None:
     if len(argv) == 2 and argv[0] == "--http":
         port = int(argv[1])
-        if V2:
-            build().run("streamable-http", host="127.0.0.1", port=port)
-        else:
-            build(host="127.0.0.1", port=port).run("streamable-http")
+        build().run("streamable-http", host="127.0.0.1", port=port)
     elif not argv:
         build().run()
     else:

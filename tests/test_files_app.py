@@ -202,7 +202,9 @@ def test_a_folder_honours_gitignore_and_the_ticked_files_are_sent(qtbot, tmp_pat
         dlg.attach_btn.click()
 
     QTimer.singleShot(0, drive)
-    win.composer.attach_folder(str(root))
+    drop = QMimeData()  # a folder dropped on the input opens its tree
+    drop.setUrls([QUrl.fromLocalFile(str(root))])
+    win.input.dropEvent(QDropEvent(QPointF(10, 10), Qt.CopyAction, drop, Qt.LeftButton, Qt.NoModifier))
     assert ticked["listed"] == [".gitignore", "README.md", "src/cart.py"]
     assert "ignored by .gitignore" in ticked["skipped"] and "node_modules" in ticked["skipped"]
     assert "binary" in ticked["skipped"] and "Ticked 1 file:" in ticked["total"]

@@ -150,3 +150,10 @@ def test_timeout_crash_and_a_result_too_large_are_one_line_and_the_chat_goes_on(
     assert not win.session.busy and card.state == "stopped"
     assert win.store.messages(win.session.conversation_id)[-1].role == "tool"
     assert _calls(win.log) == ["wait_a_minute", "crash", "big_page"]
+
+
+def test_no_tool_is_on_by_default(qtbot, tmp_path, gemma4_tools):
+    w = make_window(qtbot, tmp_path, gemma4_tools["target"], gemma4_tools[0.7])
+    assert w.tool_runner is None and w.session.tool_declarations() == []  # no server, and the SDK not loaded
+    assert not w.composer.tools_btn.isEnabled() and "no MCP server is switched on" in w.composer.tools_btn.toolTip()
+    w.close()
