@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMenu, QMessage
 from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, check, from_mime, read_file
 from .chat_view import EditBanner
 from .safe_text import message
+from .text_files import estimate_tokens
 from .widgets import InputBox
 
 
@@ -210,7 +211,7 @@ class Composer(QWidget):
         if self.counter is not None:
             self.counter(texts, lambda counts, exact: done(counts))
         else:
-            done([len(t) // 4 + 1 for t in texts])
+            done([estimate_tokens(t) for t in texts])
 
     def _counted(self, item: Attachment, tokens: int) -> None:
         if item not in self.attach_bar.items:

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .text_files import code_fence
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
@@ -455,7 +457,7 @@ class Store:
             if m.role == "tool":
                 t = m.tool or {}
                 out.append(f"**Tool result** (`{t.get('name', '')}`, {t.get('kind', 'ok')}):\n\n"
-                           f"{_fenced(m.content)}\n")
+                           f"{code_fence(m.content)}\n")
                 continue
             who = {"user": "You", "assistant": "Gemma", "system": "System"}.get(m.role, m.role)
             files = ", ".join(f"`{i.get('name', '')}`" for i in m.media)
@@ -463,7 +465,7 @@ class Store:
                        (f"\n\n{_closed_fences(m.content)}" if m.content else "") + "\n")
             for call in m.calls:
                 out.append(f"**Gemma called** `{call.get('name', '')}` with:\n\n"
-                           f"{_fenced(json.dumps(call.get('arguments') or {}, indent=2, ensure_ascii=False), 'json')}\n")
+                           f"{code_fence(json.dumps(call.get('arguments') or {}, indent=2, ensure_ascii=False), 'json')}\n")
             if m.stats and m.stats.get("footer"):
                 out.append(f"*{m.stats['footer']}*\n")
         return "\n".join(out)
@@ -474,13 +476,6 @@ class Store:
             "title": c.title, "settings": c.settings, "models": models or {}, "generation": app_settings or {},
             "messages": [_exported(m) for m in self.messages(cid)],
         }, indent=2, ensure_ascii=False)
-
-
-def _fenced(text: str, lang: str = "") -> str:
-    """Text in a code fence longer than any run of backticks inside it."""
-    longest = max((len(r) for r in re.findall(r"`{3,}", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
 
 
 def _exported(m: Message) -> dict:

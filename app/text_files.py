@@ -84,13 +84,24 @@ def suffix_for(language: str) -> str:
     return SUFFIX_OF.get(lang) or next((s for s, l in LANGUAGES.items() if s == "." + lang), ".txt")
 
 
-def fenced(name: str, text: str) -> str:
-    """A file as the model reads it: its name, then its text in a fence longer than any run of
-    backticks inside (so a file holding ``` cannot end the block early)."""
+def code_fence(text: str, lang: str = "") -> str:
+    """`text` in a Markdown code fence longer than any run of backticks inside it (so text
+    holding ``` cannot end the block early)."""
     longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
     fence = "`" * max(3, longest + 1)
     body = text if text.endswith("\n") or not text else text + "\n"
-    return f"File: {name}\n{fence}{language_of(name)}\n{body}{fence}"
+    return f"{fence}{lang}\n{body}{fence}"
+
+
+def fenced(name: str, text: str) -> str:
+    """A file as the model reads it: its name, then its text fenced with its language."""
+    return f"File: {name}\n" + code_fence(text, language_of(name))
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of `text` where no tokenizer can be asked (a server): about four characters a
+    token in code and English."""
+    return len(text) // 4 + 1
 
 
 def with_files(text: str, files: list[tuple[str, str]]) -> str:

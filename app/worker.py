@@ -290,13 +290,15 @@ class EngineWorker(QObject):
     def count_texts(self, tag: int, texts: list) -> None:
         """Tokens of each text (an attached file), by the loaded model's tokenizer; a server
         that cannot tokenize gets an estimate, marked as one."""
+        from .text_files import estimate_tokens
+
         e = self.engine
         counts, exact = [], e is not None and getattr(e, "kind", "") == "local"
         for t in texts:
             if exact and not self._closing:
                 counts.append(len(e.tokenize(t, add_special=False, parse_special=False)))
             else:
-                counts.append(len(t) // 4 + 1)  # about four characters a token in code and English
+                counts.append(estimate_tokens(t))
         self.texts_counted.emit(tag, counts, exact)
 
     MEDIA_CACHE = 16  # decoded attachments kept between requests (the same picture, every turn)
