@@ -65,7 +65,9 @@ def test_a_call_waits_for_the_user_and_the_model_answers_after_it(qtbot, win, tm
 
     card = _ask(qtbot, win, "today", "What day is it?")
     assert win.composer.tools_btn.isChecked() and card.state == "asking" and card.name == "today"
-    assert card.buttons["once"].isVisible() and "Waiting for your approval" in card.status.text()
+    # Qt shows a widget added to a shown window on its next event loop pass
+    qtbot.waitUntil(lambda: card.buttons["once"].isVisible(), timeout=5000)
+    assert "Waiting for your approval" in card.status.text()
     qtbot.wait(500)
     assert _calls(win.log) == [] and win.session.busy  # nothing runs before the user's yes
     card.buttons["once"].click()
