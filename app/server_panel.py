@@ -1,6 +1,6 @@
 """Serve on localhost: the loaded model as an OpenAI-compatible API for editors (Continue, Zed,
 Aider, Cline), from the app. The switch, the port, the URL to copy, and a live request log. The
-server (engine.server) shares the engine with the window: one generation at a time, in turn."""
+server (engine.serve) shares the engine with the window: one generation at a time, in turn."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class ServerPanel(QDialog):
     def start(self) -> bool:
         from engine.errors import TandemError
         from engine.generation import DEFAULT_PARALLEL
-        from engine.server import BackgroundServer, ServerState
+        from engine.serve import BackgroundServer, ServerState
 
         if self.server is not None:
             return True

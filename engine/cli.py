@@ -20,6 +20,9 @@ EXIT_USAGE = 2
 # the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
 # (a request reserves its prompt and max_tokens of it while it runs)
 CTX_PER_SEQUENCE = 4096
+# tandem serve's least default context: coding agents' first request is large (Claude Code's
+# ~20k tokens with its tools, Codex's ~6k) and asks for up to 32000 tokens back
+SERVE_MIN_CTX = 32768
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,8 +91,8 @@ def _add_load_args(p, remote: bool = True):
         p.set_defaults(server=None)
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
     p.add_argument("--ctx", type=_positive(), default=None,
-                   help="context size in tokens (default 4096; tandem serve: 4096 for each --parallel request, "
-                        "the requests decoding together share it)")
+                   help="context size in tokens (default 4096; tandem serve: 4096 for each --parallel request and "
+                        "at least 32768, for coding agents' long prompts; the requests decoding together share it)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-1 = all)")
     p.add_argument("--drafter-gpu-layers", type=int, default=0, help="drafter layers on the GPU (-1 = all)")
@@ -171,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_port, default=8080)
     sv.add_argument("--draft-max", type=_draft_length, default=AUTO,
                     help="draft length for requests that do not choose (default auto)")
-    sv.add_argument("--cors", metavar="ORIGIN", help="allow browser pages from ORIGIN (default: none)")
+    sv.add_argument("--cors", metavar="ORIGIN", nargs="+", help="allow browser pages from these origins: exact "
+                    "origins, * for any, localhost for any page of this computer (default: none)")
     sv.add_argument("--parallel", type=_positive(), default=DEFAULT_PARALLEL,
                     help="requests decoded together, in one batch per step (default 4)")
     sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait beyond those (default 4)")
@@ -217,7 +221,8 @@ def _load(args):
         raise ValueError("--model is required: a GGUF file (or --server URL to use a server)")
 
     n_seq = getattr(args, "parallel", 1)
-    opts = LoadOptions(n_ctx=args.ctx or CTX_PER_SEQUENCE * n_seq, n_threads=args.threads,
+    default_ctx = max(CTX_PER_SEQUENCE * n_seq, SERVE_MIN_CTX if args.command == "serve" else 0)
+    opts = LoadOptions(n_ctx=args.ctx or default_ctx, n_threads=args.threads,
                        target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
                        verbose=args.verbose, n_seq=n_seq)
@@ -500,7 +505,7 @@ def _peak_memory(engine) -> dict:
 def cmd_serve(args) -> int:
     from pathlib import Path
 
-    from .server import check_host, run
+    from .serve import check_host, run
 
     check_host(args.host, args.api_key)  # before loading anything
     _check_port_free(args.host, args.port)

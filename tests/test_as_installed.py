@@ -167,7 +167,7 @@ def test_desktop_switching_to_dark_restyles_the_charts(qtbot, tmp_path, tiny):
 # ---- draft length: one bound, one spelling -------------------------------------------------
 def test_draft_length_bounds_agree_everywhere(qtbot, tmp_path, tiny):
     from engine.cli import build_parser
-    from engine.api_request import ApiError, Sampling, TandemOptions, config
+    from engine.serve.request import ApiError, Sampling, TandemOptions, config
 
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:

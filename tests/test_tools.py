@@ -315,7 +315,7 @@ def test_a_function_without_arguments_is_called_with_an_empty_object(server):
 def test_a_reply_cut_by_the_budget_says_length_even_after_a_call():
     """A complete call, then the budget cuts the next one: the client must see "length" (the
     reply was cut), not "tool_calls" as if the model had finished; the cut call stays text."""
-    from engine.api_reply import ChoiceReply
+    from engine.serve.reply import ChoiceReply
     from engine.generation import GenerationEvent
     from engine.stats import GenerationStats
     from engine.text import TokenPiece

@@ -11,21 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .generation import AUTO, MAX_LOGPROBS, GenerationConfig, check_draft_length, check_spec
-from .sampling import SamplingParams
-from .tools import ToolError, calls_grammar, check_tools
+from ..generation import AUTO, MAX_LOGPROBS, GenerationConfig, check_draft_length, check_spec
+from ..sampling import SamplingParams
+from ..tools import ToolError, calls_grammar, check_tools
+from .errors import ApiError
 
 MAX_CHOICES = 16  # n: choices are generated one after another, each a whole generation
 # Stop strings are checked against the text at every token: a few short ones (OpenAI allows 4;
 # editors send up to about 10), not a list that would hold up the server at each token
 MAX_STOPS, MAX_STOP_CHARS = 16, 256
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
 
 
 # ---- request shapes (unknown fields are accepted and ignored, as OpenAI clients send many) ----
@@ -75,6 +69,9 @@ class Sampling(_Loose):
     timings_per_token: bool = False
     tandem: TandemOptions | None = None
     response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}
+    # llama-server's extensions: the reply follows a GBNF grammar, or matches a JSON schema
+    grammar: str | None = None
+    json_schema: dict | None = None
     # refused by name: they would change the answer and are not implemented
     best_of: int | None = None
     suffix: str | None = None
@@ -130,9 +127,9 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         raise unsupported("suffix")
     if req.functions or req.function_call not in (None, "none", "auto"):
         raise unsupported("functions" if req.functions else "function_call", "use tools and tool_choice")
-    n = req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2)
-    if n >= engine.n_ctx:
-        raise ApiError(400, f"max_tokens {n} does not fit the context of {engine.n_ctx} tokens", param="max_tokens")
+    # max_tokens is a bound, as llama-server takes it: agents ask for 32000 whatever the context,
+    # and the reply ends ("length") where the context does
+    n = min(req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2), engine.n_ctx - 1)
     bias = []
     for key, value in (req.logit_bias or {}).items():
         if not key.isdigit():
@@ -153,10 +150,11 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     top = top_logprobs(req, kind)
     if kind == "text" and req.echo and top is not None:
         raise unsupported("echo", "the log-probabilities of the prompt are not computed; echo without logprobs works")
-    fmt = response_format(req.response_format)
+    fmt = output_format(req)
     if fmt and grammar:
-        raise ApiError(400, "response_format cannot be combined with a forced tool call (tool_choice)",
-                       param="response_format")
+        raise ApiError(400, f"{fmt['param']} cannot be combined with a forced tool call (tool_choice)",
+                       param=fmt["param"])
+    fmt.pop("param", None)
     stops = stop_strings(req)
     if len(stops) > MAX_STOPS or any(len(x) > MAX_STOP_CHARS for x in stops):
         raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
@@ -182,44 +180,102 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     return replace(cfg, grammar=grammar) if grammar else cfg
 
 
-def response_format(fmt: dict | None) -> dict:
-    """response_format as GenerationConfig fields: a grammar for json_object, a JSON schema for
-    json_schema (checked now: a bad or hostile schema is a 400 naming the problem)."""
-    from .grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
+def output_format(req: Sampling) -> dict:
+    """What the reply must follow, as GenerationConfig fields (and the field that asked, as
+    `param`): OpenAI's response_format, or llama-server's `grammar` / `json_schema`; one of them."""
+    asked = [(name, value) for name, value in (("response_format", req.response_format), ("grammar", req.grammar),
+                                               ("json_schema", req.json_schema))
+             if value is not None and not (name == "response_format" and value.get("type", "text") == "text")]
+    if len(asked) > 1:
+        raise ApiError(400, f"{asked[0][0]} and {asked[1][0]} both say what the reply must follow; give one",
+                       param=asked[1][0])
+    if not asked:
+        return {}
+    name, value = asked[0]
+    if name == "grammar":
+        return {"grammar": checked_grammar(value), "param": name}
+    fmt = value if name == "response_format" else {"type": "json_schema", "json_schema": {"schema": value}}
+    return {**response_format(fmt, name), "param": name}
+
+
+def checked_grammar(gbnf: str) -> str:
+    """A GBNF grammar within bounds; llama.cpp parses it when the generation starts, and one it
+    cannot parse is a 400 then (before any text)."""
+    from ..grammar import MAX_GRAMMAR_BYTES
+
+    if not gbnf.strip():
+        raise ApiError(400, "grammar is empty", param="grammar")
+    if len(gbnf.encode("utf-8")) > MAX_GRAMMAR_BYTES:
+        raise ApiError(400, f"grammar is larger than {MAX_GRAMMAR_BYTES // 1024} KB", param="grammar")
+    return gbnf
+
+
+def response_format(fmt: dict | None, param: str = "response_format") -> dict:
+    """response_format as GenerationConfig fields: a grammar for json_object (or, as llama-server
+    takes it, json_object with a "schema"), a JSON schema for json_schema (checked now: a bad or
+    hostile schema is a 400 naming the problem)."""
+    from ..grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
 
     kind = (fmt or {}).get("type", "text")
     if kind == "text":
         return {}
-    if kind == "json_object":
+    if kind == "json_object" and fmt.get("schema") is None:
         return {"grammar": JSON_OBJECT_GBNF}
-    if kind != "json_schema":
-        raise ApiError(400, f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
-                       param="response_format")
+    if kind not in ("json_schema", "json_object"):
+        raise ApiError(400, f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                       param=param)
     spec = fmt.get("json_schema")
-    schema = spec.get("schema") if isinstance(spec, dict) else None
+    schema = fmt.get("schema") if kind == "json_object" else spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
-        raise ApiError(400, "response_format.json_schema.schema must be a JSON schema object",
-                       param="response_format")
+        raise ApiError(400, f"{param}: the JSON schema must be an object", param=param)
     try:
         return {"grammar": schema_to_gbnf(schema)}
     except GrammarError as e:
-        raise ApiError(400, f"response_format: {e}", param="response_format") from None
+        raise ApiError(400, f"{param}: {e}", param=param) from None
 
 
 # ---- chat messages and tools ----------------------------------------------------------------
-def text_of(content, where: str = "content") -> str:
-    """Message content as text: a string, or OpenAI content parts of which the text parts count."""
+def _content(content, where: str) -> tuple[str, list]:
+    """Message content as text and pictures: a string, or OpenAI content parts (text, and
+    image_url as base64 data URIs: this server fetches no URLs)."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
-    parts = []
-    for p in content:
-        if p.get("type") == "text" and isinstance(p.get("text"), str):
+        return content, []
+    parts, media = [], []
+    for i, p in enumerate(content):
+        kind = p.get("type")
+        if kind == "text" and isinstance(p.get("text"), str):
             parts.append(p["text"])
+        elif kind == "image_url":
+            media.append(_picture(p.get("image_url"), f"{where}[{i}]"))
         else:
-            raise ApiError(400, f"content parts of type {p.get('type')!r} are not supported (text only)", param=where)
-    return "".join(parts)
+            raise ApiError(400, f"content parts of type {kind!r} are not supported (text and image_url)",
+                           param=where)
+    return "".join(parts), media
+
+
+def _picture(image_url, where: str):
+    import base64
+    import binascii
+
+    from ..media import MediaError, load_media
+
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url[:100]:
+        raise ApiError(400, f"{where}: pictures are taken as data: URIs (base64); this server fetches no URLs",
+                       param=where)
+    try:
+        return load_media(base64.b64decode(url.split(",", 1)[1], validate=True), where)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, f"{where}: the picture's base64 data is malformed", param=where) from None
+    except MediaError as e:
+        raise ApiError(400, str(e), param=where) from None
+
+
+def thinking(req: ChatRequest) -> bool:
+    """Gemma 4's thinking mode, as llama-server takes it (chat_template_kwargs.enable_thinking)."""
+    return bool((req.chat_template_kwargs or {}).get("enable_thinking", False))
 
 
 def messages(req: ChatRequest) -> list[dict]:
@@ -232,7 +288,10 @@ def messages(req: ChatRequest) -> list[dict]:
         if role not in ("system", "user", "assistant", "tool"):
             raise ApiError(400, f"messages[{i}].role {m.role!r} is not supported (system, developer, user, "
                                 "assistant, tool)", param=f"messages[{i}].role")
-        msg = {"role": role, "content": text_of(m.content, f"messages[{i}].content")}
+        text, media = _content(m.content, f"messages[{i}].content")
+        msg = {"role": role, "content": text}
+        if media:
+            msg["media"] = media
         if role == "assistant" and m.tool_calls:
             msg["tool_calls"] = [_earlier_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)]
             calls.update((c["id"], c["function"]["name"]) for c in msg["tool_calls"])

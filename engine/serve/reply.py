@@ -1,14 +1,14 @@
-"""One choice of an OpenAI-style reply, assembled from the engine's events as they stream:
-content (cut at stop strings), thinking (`reasoning_content`), tool calls read out of the
-model's own call syntax, and log-probabilities; then written as OpenAI's JSON, whole or as
-stream deltas.
+"""The reply assembler: one choice, assembled from the engine's events as they stream: content
+(cut at stop strings), thinking, tool calls read out of the model's own call syntax, and
+log-probabilities. Every API of `tandem serve` reads it (OpenAI's chat and completions shapes
+are written here; Anthropic's and the Responses API's in their modules).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .tools import CallParser, ToolCall
+from ..tools import CallParser, ToolCall
 
 
 class StopStrings:
@@ -18,13 +18,14 @@ class StopStrings:
     def __init__(self, stops: list[str]):
         self.stops = [s for s in stops if s]
         self.sent, self.text, self.hit = 0, "", False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, piece: str) -> str:
         self.text += piece
         for s in self.stops:
             i = self.text.find(s, max(0, self.sent - len(s)))
             if s and i >= 0:
-                self.text, self.hit = self.text[:i], True
+                self.text, self.hit, self.matched = self.text[:i], True, s
         hold = 0 if self.hit else max((n for s in self.stops for n in range(len(s), 0, -1)
                                        if self.text.endswith(s[:n])), default=0)
         out = self.text[self.sent:len(self.text) - hold]
@@ -56,6 +57,7 @@ class ChoiceReply:
         self.parser = CallParser(tool_names) if tool_names else None
         self.calls: list[ToolCall] = []
         self.thinking: list[str] = []
+        self.thinking_tokens = 0  # of the generated tokens: the thinking channel's
         self.logprobs: list[dict] = []
         self.stats = None
 
@@ -69,6 +71,7 @@ class ChoiceReply:
         for p in ev.pieces:
             if p.channel == "thinking" and self.kind == "chat":
                 d.thinking += p.text
+                self.thinking_tokens += 1
                 continue
             if self.parser is not None:
                 items = self.parser.feed(p.text if p.channel != "control" else "", p.marker)

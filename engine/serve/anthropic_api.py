@@ -1,0 +1,345 @@
+"""Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`), for Claude Code
+and the anthropic SDK. The request becomes the same chat request the OpenAI route takes (as
+llama-server converts it), so templates, tools, forced calls, drafting and the reply assembler
+are the OpenAI route's; the reply is written back as Anthropic's content blocks, whole or as
+its stream of events.
+
+Anthropic's content blocks map as: `system` (text or blocks) to a system message; text and
+image (base64) blocks to message content; an assistant's `tool_use` blocks to its calls; a
+user's `tool_result` blocks to tool messages, `is_error` said to the model as "Error: ..."; an
+assistant's `thinking` blocks are left out (Gemma 4's template drops earlier thinking too).
+`thinking: {"type": "enabled"}` turns on Gemma 4's thinking channel, which comes back as
+thinking blocks (with an empty signature: nothing is signed here). Fields that do not change
+the answer (metadata, cache_control, context_management, service_tier) are accepted; blocks
+and tools Tandem cannot honour (documents, server tools, MCP servers) are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import Field, ValidationError
+from sse_starlette.sse import EventSourceResponse
+
+from . import request as rq
+from .admission import ServerState
+from .choice import Choice, chat_start
+from .errors import ANTHROPIC_TYPES, ApiError, from_exception
+from .llama_api import count_prompt, off_loop
+from .request import ChatRequest, TandemOptions, _Loose
+
+
+class MessagesRequest(_Loose):
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)  # required by /v1/messages, not by count_tokens
+    messages: list[dict]
+    system: str | list[dict] | None = None
+    tools: list[dict] | None = None
+    tool_choice: dict | None = None
+    thinking: dict | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool = False
+    metadata: dict | None = None
+    mcp_servers: list | None = None  # refused when given: Tandem connects no MCP servers for a request
+    tandem: TandemOptions | None = None
+
+
+def _text(blocks, where: str) -> str:
+    """Text of a string or of text blocks (a system prompt, a tool result)."""
+    if isinstance(blocks, str):
+        return blocks
+    out = []
+    for i, b in enumerate(blocks or []):
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind != "text" or not isinstance(b.get("text"), str):
+            raise ApiError(400, f"{where}[{i}]: blocks of type {kind!r} are not supported here (text only)",
+                           param=f"{where}[{i}].type")
+        out.append(b["text"])
+    return "\n\n".join(out)
+
+
+def _image(block: dict, where: str) -> dict:
+    src = block.get("source") or {}
+    if src.get("type") != "base64" or not isinstance(src.get("data"), str):
+        raise ApiError(400, f"{where}: images are taken as base64 data (source.type 'base64'); this server "
+                            "fetches no URLs", param=f"{where}.source")
+    return {"type": "image_url", "image_url": {"url": f"data:{src.get('media_type', 'image/png')};base64,{src['data']}"}}
+
+
+def _tool_result(block: dict, where: str) -> dict:
+    content = block.get("content", "")
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content):
+        raise ApiError(400, f"{where}.content: pictures in tool results are not supported (text only)",
+                       param=f"{where}.content")
+    text = _text(content, f"{where}.content")
+    if block.get("is_error"):
+        text = f"Error: {text}"
+    return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
+
+
+def _message(m: dict, i: int) -> list[dict]:
+    """One Anthropic message as OpenAI chat messages (a user's tool results become tool messages,
+    which come first: they answer the calls of the assistant message before)."""
+    where = f"messages[{i}]"
+    role, content = m.get("role"), m.get("content")
+    if role == "system":  # Claude Code's mid-conversation system messages (a beta of its own)
+        return [{"role": "system", "content": _text(content, f"{where}.content")}]
+    if role not in ("user", "assistant"):
+        raise ApiError(400, f"{where}.role must be 'user', 'assistant' or 'system', got {str(role)[:40]!r}",
+                       param=f"{where}.role")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where}.content must be text or a list of content blocks", param=f"{where}.content")
+    parts, calls, results = [], [], []
+    for j, b in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "text":
+            parts.append({"type": "text", "text": str(b.get("text", ""))})
+        elif kind == "image" and role == "user":
+            parts.append(_image(b, at))
+        elif kind == "tool_use" and role == "assistant":
+            calls.append({"id": b.get("id"), "type": "function",
+                          "function": {"name": b.get("name"), "arguments": b.get("input") or {}}})
+        elif kind == "tool_result" and role == "user":
+            results.append(_tool_result(b, at))
+        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+            continue  # earlier thinking is not shown to the model again (Gemma 4's template drops it)
+        else:
+            raise ApiError(400, f"{at}: content blocks of type {str(kind)[:40]!r} are not supported in {role} "
+                                "messages (text, image, tool_use, tool_result, thinking)", param=f"{at}.type")
+    out = list(results)
+    if parts or calls or not results:
+        msg: dict[str, Any] = {"role": role, "content": parts if any(p["type"] != "text" for p in parts)
+                               else "".join(p["text"] for p in parts)}
+        if calls:
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
+def _tools(tools: list[dict] | None) -> list[dict] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, t in enumerate(tools):
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind not in (None, "custom"):
+            raise ApiError(400, f"tools[{i}]: server tools ({str(kind)[:60]!r}) are not supported; declare your own "
+                                "tools with name, description and input_schema", param=f"tools[{i}].type")
+        out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
+                                                     "parameters": t.get("input_schema") or {"type": "object"}}})
+    return out
+
+
+def _tool_choice(choice: dict | None) -> tuple[Any, bool]:
+    """OpenAI's tool_choice and parallel_tool_calls for Anthropic's tool_choice."""
+    if choice is None:
+        return None, True
+    parallel = not choice.get("disable_parallel_tool_use", False)
+    kind = choice.get("type")
+    if kind in ("auto", "none"):
+        return kind, parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+    raise ApiError(400, "tool_choice.type must be 'auto', 'any', 'tool' (with a name) or 'none'", param="tool_choice")
+
+
+def _thinking(thinking: dict | None, max_tokens: int | None) -> bool:
+    if thinking is None:
+        return False
+    kind = thinking.get("type")
+    if kind == "disabled":
+        return False
+    if kind not in ("enabled", "adaptive"):
+        raise ApiError(400, "thinking.type must be 'enabled', 'adaptive' or 'disabled'", param="thinking.type")
+    budget = thinking.get("budget_tokens")
+    if kind == "enabled" and max_tokens is not None and isinstance(budget, int) and budget >= max_tokens:
+        raise ApiError(400, "thinking.budget_tokens must be less than max_tokens", param="thinking.budget_tokens")
+    return True  # Gemma 4 thinks until it is done; max_tokens bounds thinking and answer together
+
+
+def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
+    """The same request in OpenAI's chat shape (what the OpenAI route takes), and thinking."""
+    if req.mcp_servers:
+        raise ApiError(400, "mcp_servers is not supported: Tandem connects no MCP servers for a request; declare "
+                            "their tools in tools", param="mcp_servers")
+    messages = []
+    if req.system:
+        messages.append({"role": "system", "content": _text(req.system, "system")})
+    for i, m in enumerate(req.messages):
+        if not isinstance(m, dict):
+            raise ApiError(400, f"messages[{i}] must be an object", param=f"messages[{i}]")
+        messages += _message(m, i)
+    if not messages:
+        raise ApiError(400, "messages: at least one message is needed", param="messages")
+    thinking = _thinking(req.thinking, req.max_tokens)
+    choice, parallel = _tool_choice(req.tool_choice)
+    body = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens, "stop": req.stop_sequences,
+            "tools": _tools(req.tools), "tool_choice": choice, "parallel_tool_calls": parallel,
+            "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem}
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(req, name)
+        if value is not None:
+            body[name] = value
+    try:
+        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", []))
+        raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
+
+
+def stop_reason(r) -> tuple[str, str | None]:
+    why = r.finish_reason()
+    if why == "length":
+        return "max_tokens", None
+    if r.stopper.hit:
+        return "stop_sequence", r.stopper.matched
+    return ("tool_use" if why == "tool_calls" else "end_turn"), None
+
+
+def usage(stats) -> dict:
+    """Anthropic counts the cached part of the prompt apart from input_tokens."""
+    cached = stats.reused_tokens
+    return {"input_tokens": stats.prompt_tokens - cached, "output_tokens": stats.generated_tokens,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/messages/count_tokens")
+    async def count_tokens(req: MessagesRequest):
+        engine = state.engine()
+        chat, thinking = chat_request(req)
+        tools = rq.tool_use(chat, engine, thinking)
+        return {"input_tokens": await off_loop(count_prompt, engine, rq.messages(chat), thinking, tools.tools)}
+
+    @r.post("/v1/messages")
+    async def messages(req: MessagesRequest, request: Request):
+        if req.max_tokens is None:
+            raise ApiError(400, "max_tokens: Field required", param="max_tokens")
+        engine = state.engine()
+        chat, thinking = chat_request(req)
+        msgs = await off_loop(rq.messages, chat)  # pictures are decoded here
+        tools = rq.tool_use(chat, engine, thinking)
+        cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
+        choice = await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
+                                   chat_start(msgs, thinking, tools))
+        mid = "msg_" + uuid.uuid4().hex[:24]
+        if req.stream:
+            return EventSourceResponse(stream(state, choice, mid, time.perf_counter()), ping=15)
+        t0 = time.perf_counter()
+        rep = await choice.run(request)
+        state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
+        return message(state, rep, mid)
+
+    return r
+
+
+def message(state: ServerState, r, mid: str) -> dict:
+    content: list[dict] = []
+    thinking = "".join(r.thinking)
+    if thinking:
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+    if r.stopper.text or not r.calls:
+        content.append({"type": "text", "text": r.stopper.text})
+    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in r.calls]
+    why, seq = stop_reason(r)
+    return {"id": mid, "type": "message", "role": "assistant", "model": state.name, "content": content,
+            "stop_reason": why, "stop_sequence": seq, "usage": usage(r.stats)}
+
+
+def _event(data: dict) -> dict:
+    return {"event": data["type"], "data": json.dumps(data)}
+
+
+async def stream(state: ServerState, choice: Choice, mid: str, t0: float):
+    """Anthropic's event stream: message_start, then each content block (thinking, text,
+    tool_use) opened, its deltas, closed, with indices in order; message_delta with the stop
+    reason and usage; message_stop. An error after the start is an `error` event."""
+    r = choice.reply
+    open_kind: str | None = None  # the block being streamed: "thinking" or "text"
+    index = -1
+
+    def start(kind: str, block: dict):
+        nonlocal open_kind, index
+        index += 1
+        open_kind = kind
+        return _event({"type": "content_block_start", "index": index, "content_block": block})
+
+    def close():
+        nonlocal open_kind
+        out = []
+        if open_kind == "thinking":  # as Anthropic ends a thinking block: its signature
+            out.append(_event({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "signature_delta", "signature": ""}}))
+        if open_kind is not None:
+            out.append(_event({"type": "content_block_stop", "index": index}))
+        open_kind = None
+        return out
+
+    def text(piece: str):
+        out = []
+        if open_kind != "text":
+            out += close()
+            out.append(start("text", {"type": "text", "text": ""}))
+        out.append(_event({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}))
+        return out
+
+    prompt = r.stats.prompt_tokens if r.stats else 0
+    yield _event({"type": "message_start", "message": {
+        "id": mid, "type": "message", "role": "assistant", "model": state.name, "content": [], "stop_reason": None,
+        "stop_sequence": None, "usage": {"input_tokens": prompt - (r.stats.reused_tokens if r.stats else 0),
+                                         "output_tokens": 0, "cache_read_input_tokens": r.stats.reused_tokens
+                                         if r.stats else 0, "cache_creation_input_tokens": 0}}})
+    yield _event({"type": "ping"})
+    try:
+        async for d in choice.deltas():
+            if d.thinking:
+                if open_kind != "thinking":
+                    for e in close():
+                        yield e
+                    yield start("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+                yield _event({"type": "content_block_delta", "index": index,
+                              "delta": {"type": "thinking_delta", "thinking": d.thinking}})
+            if d.text:
+                for e in text(d.text):
+                    yield e
+            for c in d.calls:
+                for e in close():
+                    yield e
+                yield start("tool_use", {"type": "tool_use", "id": c.id, "name": c.name, "input": {}})
+                yield _event({"type": "content_block_delta", "index": index,
+                              "delta": {"type": "input_json_delta", "partial_json": c.arguments_json}})
+                for e in close():
+                    yield e
+    except Exception as e:
+        err = from_exception(e)
+        yield _event({"type": "error", "error": {"type": ANTHROPIC_TYPES.get(err.status, "api_error"),
+                                                 "message": err.message}})
+        return
+    if r.stats is None:
+        return
+    tail = r.rest()
+    if tail or index < 0:  # a reply with no block at all still has its (empty) text block
+        for e in text(tail):
+            yield e
+    for e in close():
+        yield e
+    why, seq = stop_reason(r)
+    yield _event({"type": "message_delta", "delta": {"stop_reason": why, "stop_sequence": seq},
+                  "usage": usage(r.stats)})
+    yield _event({"type": "message_stop"})
+    state.finished("messages", [r.stats], True, time.perf_counter() - t0)

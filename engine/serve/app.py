@@ -1,0 +1,79 @@
+"""The `tandem serve` application: the HTTP layer's middlewares, one router per API, and errors
+in each API's own shape.
+
+APIs (each a module translating its request into the engine's chat and the reply assembler's
+Deltas back into its shapes):
+  openai_api     POST /v1/chat/completions, /v1/completions (and unprefixed)
+  anthropic_api  POST /v1/messages, /v1/messages/count_tokens (Claude Code, the anthropic SDK)
+  responses_api  POST /v1/responses, /v1/responses/input_tokens (Codex, the OpenAI Agents SDK)
+  llama_api      /health, /v1/models, /tokenize, /detokenize, /apply-template, /props, /metrics,
+                 /v1/chat/completions/input_tokens (llama-server's)
+Every reply carries llama-server's `timings` where its API has room for them (OpenAI's shapes),
+with Tandem's per-source draft counts; a request may switch drafting with `"tandem": {...}`.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..generation import AUTO
+from . import anthropic_api, llama_api, openai_api, responses_api
+from .admission import RETRY_AFTER_S, ServerState
+from .errors import ApiError, error_response
+from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, uvicorn_config
+
+
+def create_app(state: ServerState, cors: list[str] | str | None = None, max_body: int = MAX_BODY_BYTES,
+               host: str = "127.0.0.1") -> FastAPI:
+    """`host`: the address served on; on a loopback one, only loopback Host names are answered.
+    `cors`: the browser origins allowed (exact, `*`, or `localhost` for any page of this computer)."""
+    app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    add_middlewares(app, state.api_key, Origins([cors] if isinstance(cors, str) else cors), max_body, host)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        bad_json = first.get("type") == "json_invalid"
+        where = "body" if bad_json else ".".join(str(x) for x in first.get("loc", [])[1:]) or "body"
+        what = "the body is not valid JSON" if bad_json else first.get("msg", "invalid")
+        if first.get("type") == "extra_forbidden" and where.startswith("tandem."):
+            what = "not one of Tandem's options (mtp, draft_max, spec)"
+        return error_response(request.url.path, ApiError(400, f"Invalid request: {where}: {what}",
+                                                         param=where if where != "body" else None))
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        retry = {"Retry-After": str(RETRY_AFTER_S)} if exc.code == "queue_full" else None
+        return error_response(request.url.path, exc, retry)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # 404, 405: the API's shape too
+        what = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        detail = exc.detail
+        if detail == "There was an error parsing the body":  # FastAPI's words for JSON too deep to read
+            detail = "the body is not JSON that can be read (malformed, or nested too deeply)"
+        return error_response(request.url.path, ApiError(exc.status_code, f"{request.method} {request.url.path}: "
+                                                                          f"{detail}", code=what))
+
+    for api in (llama_api, openai_api, anthropic_api, responses_api):
+        app.include_router(api.router(state))
+    return app
+
+
+def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
+        cors: list[str] | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning",
+        parallel: int = 1) -> None:
+    """Serve until interrupted (the CLI's `tandem serve`)."""
+    import uvicorn
+
+    check_host(host, api_key)
+
+    def log(e: dict) -> None:
+        accepted = f", {e['accepted'] * 100:.0f} % accepted" if e["accepted"] is not None else ""
+        print(f"{e['kind']}: {e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s{accepted}, {e['seconds']:.1f} s",
+              flush=True)
+
+    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel, on_log=log)
+    uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port, log_level=log_level)).run()

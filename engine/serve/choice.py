@@ -1,0 +1,89 @@
+"""One generation of a request, read as the reply assembler's Deltas: the part every API shares.
+Each API module (openai_api, anthropic_api, responses_api) turns its request into the engine's
+messages, GenerationConfig and ToolUse, opens a Choice, and writes the Deltas in its own shapes.
+
+Opening awaits the first event, so what fails before any text (a full queue, a prompt longer
+than the context, a bad grammar) gets its HTTP status, not a 200 with an error inside.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Callable
+
+from fastapi import Request
+
+from .admission import ServerState, generate
+from .errors import from_exception
+from .reply import ChoiceReply, Delta
+from .request import ToolUse
+
+
+def chat_start(messages: list[dict], thinking: bool, tools: ToolUse) -> Callable:
+    """How a chat generation starts on the engine's thread (the engine, its config, the stop check)."""
+    return lambda e, cfg, stop: e.chat(messages, cfg, thinking, should_stop=stop, tools=tools.tools)
+
+
+class Choice:
+    """One choice as it streams: `deltas()` yields what each engine step added; `reply` holds the
+    whole so far (text, thinking, calls, logprobs, stats, why it ended)."""
+
+    def __init__(self, reply: ChoiceReply, gen, first):
+        self.reply, self._gen, self._first = reply, gen, first
+
+    @classmethod
+    async def open(cls, state: ServerState, request: Request, kind: str, cfg, tools: ToolUse, stops: list[str],
+                   start: Callable) -> "Choice":
+        engine = state.engine()
+        reply = ChoiceReply(kind, stops, engine.token_bytes, tools.names, tools.parallel, cfg.logprobs is not None)
+        gen = generate(state, lambda e, stop: start(e, cfg, stop), request.is_disconnected)
+        try:
+            first = await gen.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except Exception as e:
+            await gen.aclose()
+            raise from_exception(e) from None
+        return cls(reply, gen, first)
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        """The Deltas up to the end (or a stop string); the generation is closed however this ends."""
+        try:
+            if self._first is None:
+                return
+            yield self.reply.feed(self._first)
+            if self.reply.hit:
+                return
+            async for ev in self._gen:
+                yield self.reply.feed(ev)
+                if self.reply.hit:
+                    return
+        finally:
+            await self._gen.aclose()
+
+    async def run(self, request: Request) -> ChoiceReply:
+        """The whole choice (no streaming): stops early if the client goes away."""
+        try:
+            async for _ in self.deltas():
+                if await request.is_disconnected():
+                    break
+        except Exception as e:
+            raise from_exception(e) from None
+        return self.reply
+
+
+def usage_numbers(stats) -> tuple[int, int, int]:
+    """prompt tokens, of them cached (not decoded again), generated tokens."""
+    return stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens
+
+
+def timings(stats) -> dict:
+    """llama-server's `timings` object, with Tandem's per-source draft counts."""
+    t = {"prompt_n": stats.prefill_tokens, "prompt_ms": stats.prefill_s * 1e3,
+         "prompt_per_second": stats.prefill_tps or 0.0, "predicted_n": stats.generated_tokens,
+         "predicted_ms": stats.decode_s * 1e3, "predicted_per_second": stats.decode_tps or 0.0,
+         "cache_n": stats.reused_tokens}
+    if stats.draft_tokens > 0:  # as llama-server: only when drafts were made
+        t.update(draft_n=stats.draft_tokens, draft_n_accepted=stats.accepted_tokens)
+        if stats.lookup_draft_tokens:  # Tandem's own: how many of them lookup proposed (and had accepted)
+            t.update(draft_n_lookup=stats.lookup_draft_tokens, draft_n_accepted_lookup=stats.lookup_accepted_tokens)
+    return t

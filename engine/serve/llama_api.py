@@ -1,0 +1,193 @@
+"""llama-server's own routes that clients and llama.cpp-aware tools use: /health, the model
+list, /tokenize and /detokenize, /apply-template, the input-token counts, /props and /metrics
+(Prometheus text, with Tandem's draft counts per source).
+
+Rendering a chat template runs in a sandbox process (bounded time and memory): these handlers
+run it on a worker thread so the event loop keeps serving the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from pydantic import Field
+
+from . import request as rq
+from .admission import ServerState
+from .errors import ApiError, from_exception
+from .request import ChatRequest, _Loose
+
+MAX_TOKENIZE_CHARS = 1_000_000  # the body limit bounds it too; a tokenizer pass over this is ~0.1 s
+STARTED = int(time.time())
+
+
+class TokenizeRequest(_Loose):
+    content: str
+    add_special: bool = False  # llama-server's defaults
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Loose):
+    tokens: list[int] = Field(max_length=1_000_000)
+
+
+async def off_loop(fn, *args):
+    """A blocking engine call (tokenizing, rendering the template) on a worker thread, its
+    errors in the API's shape."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except ApiError:
+        raise
+    except Exception as e:
+        raise from_exception(e) from None
+
+
+def count_prompt(engine, messages: list[dict], thinking: bool, tools: list | None) -> int:
+    """The prompt's tokens exactly as a generation would see them (template, tools, media)."""
+    return len(engine.format_chat(messages, thinking, tools=tools)) if messages else 0
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.get("/health")
+    async def health():
+        return {"status": "ok" if state.engine_getter() is not None else "no model loaded",
+                "generating": state.running, "waiting": state.waiting, "last": state.last}
+
+    @r.get("/v1/models")
+    @r.get("/models")
+    async def models():
+        e = state.engine_getter()
+        return {"object": "list", "data": [{"id": state.name, "object": "model", "created": 0,
+                                            "owned_by": "tandem", "max_model_len": e.n_ctx if e else None,
+                                            "mtp": bool(e and e.has_mtp),
+                                            # Anthropic's model list: Claude Code and its SDK read these
+                                            "type": "model", "display_name": state.name,
+                                            "created_at": "1970-01-01T00:00:00Z"}]}
+
+    @r.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        found = [m for m in (await models())["data"] if m["id"] == model_id]
+        if not found:
+            raise ApiError(404, f"The model {model_id!r} does not exist; this server serves {state.name!r}",
+                           code="model_not_found", param="model")
+        return found[0]
+
+    @r.post("/tokenize")
+    async def tokenize(req: TokenizeRequest):
+        engine = state.engine()
+        if len(req.content) > MAX_TOKENIZE_CHARS:
+            raise ApiError(400, f"content: at most {MAX_TOKENIZE_CHARS} characters", param="content")
+        tokens = await off_loop(engine.tokenize, req.content, req.add_special, req.parse_special)
+        if not req.with_pieces:
+            return {"tokens": tokens}
+        pieces = []
+        for t in tokens:
+            b = engine.token_bytes(t)
+            try:
+                piece: Any = b.decode("utf-8")
+            except UnicodeDecodeError:  # part of a character: its bytes, as llama-server gives them
+                piece = list(b)
+            pieces.append({"id": t, "piece": piece})
+        return {"tokens": pieces}
+
+    @r.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest):
+        engine = state.engine()
+        bad = [t for t in req.tokens if not 0 <= t < engine.n_vocab]
+        if bad:
+            raise ApiError(400, f"tokens: {bad[0]} is outside the vocabulary (0..{engine.n_vocab - 1})",
+                           param="tokens")
+        return {"content": await off_loop(engine.detokenize, req.tokens)}
+
+    @r.post("/apply-template")
+    async def apply_template(req: ChatRequest):
+        engine = state.engine()
+        messages, thinking = rq.messages(req), rq.thinking(req)
+        tools = rq.tool_use(req, engine, thinking)
+        if any(m.get("media") for m in messages):
+            raise ApiError(400, "apply-template renders text; leave pictures out", param="messages")
+        prompt = await off_loop(lambda: engine.template.render(messages, True, thinking, tools=tools.tools))
+        return {"prompt": prompt}
+
+    @r.post("/v1/chat/completions/input_tokens")
+    @r.post("/chat/completions/input_tokens")
+    async def chat_input_tokens(req: ChatRequest):
+        engine = state.engine()
+        messages, thinking = rq.messages(req), rq.thinking(req)
+        tools = rq.tool_use(req, engine, thinking)
+        n = await off_loop(count_prompt, engine, messages, thinking, tools.tools)
+        return {"object": "response.input_tokens", "input_tokens": n}
+
+    @r.get("/props")
+    async def props():
+        e = state.engine()
+        template = e.template
+        return {"default_generation_settings": {"n_ctx": e.n_ctx, "params": {"temperature": 0.0, "top_k": 0,
+                                                                              "top_p": 1.0, "min_p": 0.0}},
+                "total_slots": state.parallel, "model_alias": state.name, "model_path": state.name,
+                "modalities": {"vision": bool(e.projector and e.projector.vision),
+                               "audio": bool(e.projector and e.projector.audio), "video": False},
+                "chat_template": template.source if template else "",
+                "chat_template_caps": {"supports_tools": bool(template and template.supports_tools)},
+                "bos_token": template.bos_token if template else "", "eos_token": template.eos_token if template else "",
+                "build_info": _build_info(), "endpoint_metrics": True, "endpoint_props": False,
+                "endpoint_slots": False, "is_sleeping": False,
+                "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max}}
+
+    @r.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(prometheus(state), headers={"Process-Start-Time-Unix": str(STARTED)},
+                                 media_type="text/plain; version=0.0.4")
+
+    return r
+
+
+def _build_info() -> str:
+    from .. import __version__
+
+    return f"tandem-{__version__}"
+
+
+def prometheus(state: ServerState) -> str:
+    """llama-server's metric names where Tandem counts the same thing, and Tandem's own: requests
+    per API and draft tokens per source (MTP drafter, lookup)."""
+    t = state.totals
+    lines = []
+
+    def item(name: str, kind: str, help_: str, values: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value:g}" for labels, value in values)
+
+    item("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed (not from the cache)",
+         [("", t.prompt_tokens)])
+    item("llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens served from the cache",
+         [("", t.cached_tokens)])
+    item("llamacpp:prompt_seconds_total", "counter", "Prompt process time", [("", t.prompt_seconds)])
+    item("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed",
+         [("", t.predicted_tokens)])
+    item("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time", [("", t.predicted_seconds)])
+    item("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated",
+         [("", sum(t.drafted.values()))])
+    item("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+         "Speculative: Total draft tokens accepted by the target model", [("", sum(t.accepted.values()))])
+    item("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
+         [("", t.prompt_tokens / t.prompt_seconds if t.prompt_seconds else 0.0)])
+    item("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
+         [("", t.predicted_tokens / t.predicted_seconds if t.predicted_seconds else 0.0)])
+    item("llamacpp:requests_processing", "gauge", "Number of requests processing", [("", state.running)])
+    item("llamacpp:requests_deferred", "gauge", "Number of requests deferred", [("", state.waiting)])
+    item("tandem:requests_total", "counter", "Requests answered, by API",
+         [(f'{{api="{api}"}}', n) for api, n in sorted(t.requests.items())] or [('{api="chat"}', 0)])
+    item("tandem:draft_tokens_total", "counter", "Draft tokens proposed, by source (mtp: the drafter; lookup: "
+         "the text so far)", [(f'{{source="{s}"}}', t.drafted[s]) for s in ("mtp", "lookup")])
+    item("tandem:draft_accepted_tokens_total", "counter", "Draft tokens the model accepted, by source",
+         [(f'{{source="{s}"}}', t.accepted[s]) for s in ("mtp", "lookup")])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,139 @@
+"""OpenAI's chat completions and completions (`/v1/chat/completions`, `/v1/completions`, and
+llama-server's unprefixed paths), whole or streamed as SSE chunks.
+
+`n` choices are generated one after another, each a whole generation (with a seed, choice i
+uses seed + i so the choices differ). A stream's first chunk names the role with
+`content: null`, as OpenAI's and llama-server's do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import replace
+
+from fastapi import APIRouter, Request
+from sse_starlette.sse import EventSourceResponse
+
+from . import request as rq
+from .admission import ServerState
+from .choice import Choice, chat_start, timings
+from .errors import from_exception
+from .request import ChatRequest, CompletionRequest, Sampling
+
+# which build made the reply, as OpenAI's field: clients log it; Tandem's version and engine
+FINGERPRINT = "tandem"
+
+
+def fingerprint() -> str:
+    from .. import __version__
+
+    return f"{FINGERPRINT}-{__version__}-llama.cpp"
+
+
+def usage(all_stats) -> dict:
+    """n choices of one prompt: the prompt counts once, as OpenAI counts it; its cached part
+    (not decoded again) in prompt_tokens_details."""
+    done = sum(s.generated_tokens for s in all_stats)
+    prompt = all_stats[0].prompt_tokens if all_stats else 0
+    cached = all_stats[0].reused_tokens if all_stats else 0
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/chat/completions")
+    @r.post("/chat/completions")
+    async def chat(req: ChatRequest, request: Request):
+        messages = rq.messages(req)
+        thinking = rq.thinking(req)
+        engine = state.engine()
+        tools = rq.tool_use(req, engine, thinking)
+        cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)
+        return await respond(state, req, request, "chat", cfg, tools, chat_start(messages, thinking, tools))
+
+    @r.post("/v1/completions")
+    @r.post("/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        cfg = rq.config(state.engine(), req, "text", state.draft_max)
+        return await respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, stop: e.generate(
+            e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, stop))
+
+    return r
+
+
+async def respond(state: ServerState, req: Sampling, request: Request, kind: str, cfg, tools: rq.ToolUse, start):
+    """The reply to one request: `req.n` choices, one generation after another, whole or streamed."""
+    stops = rq.stop_strings(req)
+    rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+    created = int(time.time())
+    obj = "chat.completion" if kind == "chat" else "text_completion"
+    chunk_obj = obj + ".chunk" if kind == "chat" else obj
+    echo = req.prompt if kind == "text" and getattr(req, "echo", False) else ""
+    api = "chat" if kind == "chat" else "completions"
+    t0 = time.perf_counter()
+    done: list = []  # each finished choice's stats
+
+    def open_choice(i: int):  # with a seed, each choice has its own (seed + i), so choices differ
+        c = cfg if cfg.seed is None or i == 0 else replace(cfg, seed=cfg.seed + i)
+        return Choice.open(state, request, kind, c, tools, stops, start)
+
+    if not req.stream:
+        choices = []
+        for i in range(req.n):
+            r = await (await open_choice(i)).run(request)
+            m = r.message()
+            if echo:
+                m["text"] = echo + m["text"]
+            choices.append({"index": i, **m, "finish_reason": r.finish_reason()})
+            done.append(r.stats)
+        state.finished(api, done, False, time.perf_counter() - t0)
+        return {"id": rid, "object": obj, "created": created, "model": state.name, "system_fingerprint": fingerprint(),
+                "choices": choices, "usage": usage(done), "timings": timings(done[-1])}
+
+    first = await open_choice(0)  # errors before any text get their HTTP status
+
+    def chunk(choices: list, **extra) -> dict:
+        return {"data": json.dumps({"id": rid, "object": chunk_obj, "created": created, "model": state.name,
+                                    "system_fingerprint": fingerprint(), "choices": choices, **extra})}
+
+    async def choice(i: int, c: Choice):
+        r = c.reply
+        if kind == "chat":  # as OpenAI does: the first chunk says who speaks, with no content yet
+            yield chunk([{"index": i, "delta": {"role": "assistant", "content": None}, "logprobs": None,
+                          "finish_reason": None}])
+        elif echo:
+            yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
+        async for d in c.deltas():
+            first_call, offset = len(r.calls) - len(d.calls), len(echo) + r.stopper.sent - len(d.text)
+            for part in r.deltas(d, first_call, offset):
+                extra = {"timings": timings(r.stats)} if req.timings_per_token else {}
+                yield chunk([{"index": i, **part, "finish_reason": None}], **extra)
+        if r.stats is None:
+            return
+        tail = r.rest()
+        last = {"delta": {"content": tail} if tail else {}} if kind == "chat" else {"text": tail}
+        yield chunk([{"index": i, **last, "logprobs": None, "finish_reason": r.finish_reason()}],
+                    timings=timings(r.stats))
+        done.append(r.stats)
+
+    async def events():
+        try:
+            for i in range(req.n):
+                async for c in choice(i, first if i == 0 else await open_choice(i)):
+                    yield c
+        except Exception as e:
+            err = from_exception(e)
+            yield {"data": json.dumps({"error": {"message": err.message, "type": err.kind, "code": err.code}})}
+            return
+        if not done:
+            return
+        if req.stream_options and req.stream_options.include_usage:
+            yield chunk([], usage=usage(done), timings=timings(done[-1]))
+        yield {"data": "[DONE]"}
+        state.finished(api, done, True, time.perf_counter() - t0)
+
+    return EventSourceResponse(events(), ping=15)

@@ -1,0 +1,363 @@
+"""OpenAI's Responses API (`POST /v1/responses`, `/v1/responses/input_tokens`), for Codex CLI,
+the OpenAI Agents SDK and opencode's `@ai-sdk/openai` provider. The request becomes the same
+chat request the OpenAI chat route takes; the reply is written as output items (reasoning,
+message, function_call), whole or as the Responses stream of events.
+
+`input` items map as: messages (system, developer, user, assistant; text or input_text /
+output_text parts, input_image as data URIs) to chat messages; `function_call` items to the
+assistant's calls; `function_call_output` to tool messages; earlier `reasoning` items are left
+out (Gemma 4's template drops earlier thinking). `instructions` is the system message;
+`reasoning.effort` (anything but none/minimal) turns on Gemma 4's thinking, which comes back
+as a reasoning item; `text.format` is response_format.
+
+No server-side state: every response says `store: false`, and `previous_response_id` is a 400
+(send the whole conversation in `input`, as Codex and the Agents SDK do). Tools other than
+functions (web search, file search, namespaces) are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import Field, ValidationError
+from sse_starlette.sse import EventSourceResponse
+
+from . import request as rq
+from .admission import ServerState
+from .choice import Choice, chat_start, timings
+from .errors import ApiError, from_exception
+from .llama_api import count_prompt, off_loop
+from .request import ChatRequest, TandemOptions, _Loose
+
+NO_THINKING = (None, "none", "minimal")
+
+
+class ResponsesRequest(_Loose):
+    model: str | None = None
+    input: str | list[dict]
+    instructions: str | None = None
+    tools: list[dict] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    text: dict | None = None
+    reasoning: dict | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = None
+    stream: bool = False
+    store: bool | None = None  # nothing is kept either way: the response says store false
+    previous_response_id: str | None = None
+    background: bool | None = None
+    timings_per_token: bool = False
+    tandem: TandemOptions | None = None
+
+
+def _parts(content, where: str):
+    """A message's content as OpenAI chat content (text, or parts with pictures)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where} must be text or a list of content parts", param=where)
+    out = []
+    for j, p in enumerate(content):
+        kind = p.get("type") if isinstance(p, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
+            out.append({"type": "text", "text": p["text"]})
+        elif kind == "input_image":
+            out.append({"type": "image_url", "image_url": {"url": p.get("image_url")}})
+        elif kind == "refusal":
+            out.append({"type": "text", "text": str(p.get("refusal", ""))})
+        else:
+            raise ApiError(400, f"{where}[{j}]: content of type {str(kind)[:40]!r} is not supported (input_text, "
+                                "output_text, input_image)", param=f"{where}[{j}].type")
+    return out if any(p["type"] != "text" for p in out) else "".join(p["text"] for p in out)
+
+
+def _messages(req: ResponsesRequest) -> list[dict]:
+    out: list[dict] = []
+    if req.instructions:
+        out.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        return out + [{"role": "user", "content": req.input}]
+    for i, item in enumerate(req.input):
+        where = f"input[{i}]"
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "message":
+            out.append({"role": item.get("role"), "content": _parts(item.get("content"), f"{where}.content")})
+        elif kind == "function_call":
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and not isinstance(last["content"], list):
+                last.setdefault("tool_calls", []).append(call)  # the calls of one answer, together
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _parts(output, f"{where}.output")
+            if not isinstance(text, str):
+                raise ApiError(400, f"{where}.output: pictures in tool output are not supported (text only)",
+                               param=f"{where}.output")
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind == "reasoning":
+            continue  # earlier thinking is not shown to the model again (Gemma 4's template drops it)
+        else:
+            raise ApiError(400, f"{where}: items of type {str(kind)[:40]!r} are not supported (message, "
+                                "function_call, function_call_output, reasoning)", param=f"{where}.type")
+    return out
+
+
+def _tools(tools: list[dict] | None) -> list[dict] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, t in enumerate(tools):
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind != "function":
+            raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:40]!r} are not supported (function only); "
+                                "leave them out (Codex: web_search = \"disabled\" and no multi-agent tools)",
+                           param=f"tools[{i}].type")
+        out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
+                                                     "parameters": t.get("parameters") or {"type": "object"}}})
+    return out
+
+
+def _tool_choice(choice):
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if choice in (None, "auto", "none", "required"):
+        return choice
+    raise ApiError(400, "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+                   param="tool_choice")
+
+
+def _format(text: dict | None) -> dict | None:
+    fmt = (text or {}).get("format")
+    if not fmt or fmt.get("type", "text") == "text":
+        return None
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema"),
+                                                       "strict": fmt.get("strict")}}
+    return fmt
+
+
+def thinking_of(req: ResponsesRequest) -> bool:
+    return (req.reasoning or {}).get("effort", "medium" if req.reasoning else None) not in NO_THINKING
+
+
+def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool]:
+    """The same request in OpenAI's chat shape (what the chat route takes), and thinking."""
+    if req.previous_response_id:
+        raise ApiError(400, "previous_response_id is not supported: this server keeps no responses (store is "
+                            "off); send the whole conversation in input", param="previous_response_id")
+    if req.background:
+        raise ApiError(400, "background is not supported: responses are answered while you wait", param="background")
+    thinking = thinking_of(req)
+    body = {"model": req.model, "messages": _messages(req), "max_tokens": req.max_output_tokens,
+            "tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice),
+            "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
+            "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
+            "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p}
+    try:
+        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", []))
+        raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
+
+
+class Output:
+    """The response's output items as they stream: ids fixed when each item starts."""
+
+    def __init__(self):
+        self.items: list[dict] = []
+
+    def item(self, kind: str, **fields) -> dict:
+        prefix = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}[kind]
+        it = {"id": prefix + uuid.uuid4().hex[:24], "type": kind, **fields}
+        self.items.append(it)
+        return it
+
+
+def message_item(out: Output, text: str, status: str = "completed") -> dict:
+    return out.item("message", status=status, role="assistant",
+                    content=[{"type": "output_text", "text": text, "annotations": [], "logprobs": []}])
+
+
+def reasoning_item(out: Output, text: str) -> dict:
+    return out.item("reasoning", summary=[], content=[{"type": "reasoning_text", "text": text}])
+
+
+def call_item(out: Output, c) -> dict:
+    return out.item("function_call", status="completed", call_id=c.id, name=c.name, arguments=c.arguments_json)
+
+
+def usage(r) -> dict:
+    s = r.stats
+    return {"input_tokens": s.prompt_tokens, "input_tokens_details": {"cached_tokens": s.reused_tokens},
+            "output_tokens": s.generated_tokens, "output_tokens_details": {"reasoning_tokens": r.thinking_tokens},
+            "total_tokens": s.prompt_tokens + s.generated_tokens}
+
+
+def response(state: ServerState, req: ResponsesRequest, rid: str, created: int, out: Output, r=None) -> dict:
+    """The response object: in progress (r None) or done."""
+    done = r is not None and r.stats is not None
+    cut = done and r.finish_reason() == "length"
+    return {"id": rid, "object": "response", "created_at": created, "model": state.name,
+            "status": ("incomplete" if cut else "completed") if done else "in_progress",
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
+            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "output": out.items if done else [], "parallel_tool_calls": req.parallel_tool_calls,
+            "tool_choice": req.tool_choice or "auto", "tools": req.tools or [], "store": False,
+            "temperature": req.temperature, "top_p": req.top_p, "text": req.text or {"format": {"type": "text"}},
+            "reasoning": req.reasoning, "truncation": "disabled", "metadata": {},
+            "usage": usage(r) if done else None}
+
+
+def router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/responses/input_tokens")
+    @r.post("/responses/input_tokens")
+    async def input_tokens(req: ResponsesRequest):
+        engine = state.engine()
+        chat, thinking = chat_request(req)
+        tools = rq.tool_use(chat, engine, thinking)
+        n = await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
+        return {"object": "response.input_tokens", "input_tokens": n}
+
+    @r.post("/v1/responses")
+    @r.post("/responses")
+    async def responses(req: ResponsesRequest, request: Request):
+        engine = state.engine()
+        chat, thinking = chat_request(req)
+        msgs = await off_loop(rq.messages, chat)  # pictures are decoded here
+        tools = rq.tool_use(chat, engine, thinking)
+        cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
+        t0 = time.perf_counter()
+        choice = await Choice.open(state, request, "chat", cfg, tools, [], chat_start(msgs, thinking, tools))
+        rid, created = "resp_" + uuid.uuid4().hex[:24], int(time.time())
+        if req.stream:
+            return EventSourceResponse(stream(state, req, choice, rid, created, t0), ping=15)
+        rep = await choice.run(request)
+        out = Output()
+        if "".join(rep.thinking):
+            reasoning_item(out, "".join(rep.thinking))
+        if rep.stopper.text or not rep.calls:
+            message_item(out, rep.stopper.text, "incomplete" if rep.finish_reason() == "length" else "completed")
+        for c in rep.calls:
+            call_item(out, c)
+        state.finished("responses", [rep.stats], False, time.perf_counter() - t0)
+        return {**response(state, req, rid, created, out, rep), "timings": timings(rep.stats)}
+
+    return r
+
+
+async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid: str, created: int, t0: float):
+    """The Responses event stream: response.created and .in_progress; each output item added,
+    its parts and deltas, done; response.completed (or .incomplete) with usage. An error after
+    the start is a response.failed event."""
+    r, out = choice.reply, Output()
+    seq = 0
+    current: dict | None = None  # the reasoning or message item being streamed
+    text_so_far: list[str] = []
+
+    def ev(kind: str, **fields) -> dict:
+        nonlocal seq
+        seq += 1
+        extra = {"timings": timings(r.stats)} if req.timings_per_token and r.stats is not None else {}
+        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq, **fields, **extra})}
+
+    def index(it: dict) -> int:
+        return out.items.index(it)
+
+    def close():
+        nonlocal current
+        events = []
+        it, current = current, None
+        if it is None:
+            return events
+        text = "".join(text_so_far)
+        text_so_far.clear()
+        i = index(it)
+        if it["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            it["content"] = [part]
+            events.append(ev("response.output_text.done", item_id=it["id"], output_index=i, content_index=0,
+                             text=text, logprobs=[]))
+            events.append(ev("response.content_part.done", item_id=it["id"], output_index=i, content_index=0,
+                             part=part))
+        else:
+            part = {"type": "reasoning_text", "text": text}
+            it["content"] = [part]
+            events.append(ev("response.reasoning_text.done", item_id=it["id"], output_index=i, content_index=0,
+                             text=text))
+            events.append(ev("response.content_part.done", item_id=it["id"], output_index=i, content_index=0,
+                             part=part))
+        events.append(ev("response.output_item.done", output_index=i, item=it))
+        return events
+
+    def begin(kind: str):
+        nonlocal current
+        events = close()
+        if kind == "message":
+            current = out.item("message", status="in_progress", role="assistant", content=[])
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        else:
+            current = out.item("reasoning", summary=[], content=[])
+            part = {"type": "reasoning_text", "text": ""}
+        i = index(current)
+        events.append(ev("response.output_item.added", output_index=i, item=dict(current)))
+        events.append(ev("response.content_part.added", item_id=current["id"], output_index=i, content_index=0,
+                         part=part))
+        return events
+
+    def text(piece: str, kind: str):
+        events = begin(kind) if current is None or current["type"] != kind else []
+        text_so_far.append(piece)
+        delta = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        events.append(ev(delta, item_id=current["id"], output_index=index(current), content_index=0, delta=piece,
+                         **({"logprobs": []} if kind == "message" else {})))
+        return events
+
+    yield ev("response.created", response=response(state, req, rid, created, out))
+    yield ev("response.in_progress", response=response(state, req, rid, created, out))
+    try:
+        async for d in choice.deltas():
+            for e in (text(d.thinking, "reasoning") if d.thinking else []) + (text(d.text, "message") if d.text else []):
+                yield e
+            for c in d.calls:
+                for e in close():
+                    yield e
+                it = out.item("function_call", status="in_progress", call_id=c.id, name=c.name, arguments="")
+                i = index(it)
+                yield ev("response.output_item.added", output_index=i, item=dict(it))
+                yield ev("response.function_call_arguments.delta", item_id=it["id"], output_index=i,
+                         delta=c.arguments_json)
+                yield ev("response.function_call_arguments.done", item_id=it["id"], output_index=i,
+                         arguments=c.arguments_json)
+                it.update(status="completed", arguments=c.arguments_json)
+                yield ev("response.output_item.done", output_index=i, item=it)
+    except Exception as e:
+        err = from_exception(e)
+        failed = {**response(state, req, rid, created, out), "status": "failed",
+                  "error": {"code": err.code or err.kind, "message": err.message}}
+        yield ev("response.failed", response=failed)
+        return
+    if r.stats is None:
+        return
+    tail = r.rest()
+    if tail or not out.items:  # a reply with no item at all still has its (empty) message
+        for e in text(tail, "message"):
+            yield e
+    if current is not None and current["type"] == "message":
+        current["status"] = "incomplete" if r.finish_reason() == "length" else "completed"
+    for e in close():
+        yield e
+    final = response(state, req, rid, created, out, r)
+    yield ev("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
+    state.finished("responses", [r.stats], True, time.perf_counter() - t0)
