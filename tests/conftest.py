@@ -98,3 +98,14 @@ def gemma4_tools(models_dir):
 
     t, d = make_test_models(models_dir / "gemma4-template", "tiny", 0.7, template="gemma4")
     return {"target": t, 0.7: d}
+
+
+@pytest.fixture(scope="session")
+def tools_server(gemma4_tools):
+    """The installed-style `tandem serve` on the tiny pair with Gemma 4's real template (tools,
+    thinking), shared by the tool-call and agent-protocol tests."""
+    from .test_serve import Serve
+
+    s = Serve(gemma4_tools, "--draft-max", "3")
+    yield s
+    s.stop()

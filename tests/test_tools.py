@@ -14,8 +14,6 @@ import pytest
 
 from engine.tools import CallParser, ToolError, calls_grammar, check_tools, parse_call
 
-from .test_serve import Serve
-
 # Strings the model writes freely never end with the synthetic model (its walk up the vocabulary
 # never reaches Gemma's string delimiter), so the forced calls here choose among values: a real
 # model closes its strings, and free strings are read in the piece-by-piece tests below.
@@ -37,10 +35,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def server(gemma4_tools):
-    s = Serve(gemma4_tools, "--draft-max", "3")
-    yield s
-    s.stop()
+def server(tools_server):
+    return tools_server
 
 
 def client(server):

@@ -53,6 +53,7 @@ class ResponsesRequest(_Loose):
     previous_response_id: str | None = None
     background: bool | None = None
     timings_per_token: bool = False
+    stop: str | list[str] | None = None  # llama-server's extension, as on chat completions
     tandem: TandemOptions | None = None
 
 
@@ -161,7 +162,8 @@ def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool]:
             "tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
-            "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p}
+            "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
+            "stop": req.stop}
     try:
         return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking
     except ValidationError as e:
@@ -239,7 +241,8 @@ def router(state: ServerState) -> APIRouter:
         tools = rq.tool_use(chat, engine, thinking)
         cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
         t0 = time.perf_counter()
-        choice = await Choice.open(state, request, "chat", cfg, tools, [], chat_start(msgs, thinking, tools))
+        choice = await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
+                                   chat_start(msgs, thinking, tools))
         rid, created = "resp_" + uuid.uuid4().hex[:24], int(time.time())
         if req.stream:
             return EventSourceResponse(stream(state, req, choice, rid, created, t0), ping=15)

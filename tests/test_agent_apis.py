@@ -1,0 +1,232 @@
+"""The APIs coding agents speak, through a real `tandem serve` (the tiny pair with Gemma 4's real
+template) and the real clients: Anthropic's Messages API with the anthropic SDK (what Claude
+Code is built on), OpenAI's Responses API with the openai SDK and the OpenAI Agents SDK in its
+default (Responses) mode, and llama-server's own routes that llama.cpp-aware clients use."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Literal
+
+import anthropic
+import httpx2 as httpx
+import jsonschema
+import openai
+import pytest
+
+from .test_tools import WEATHER
+
+TOOL = {"name": "get_weather", "description": "The weather of a city", "input_schema": WEATHER}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tools_server):
+    return tools_server
+
+
+def claude(server) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url.removesuffix("/v1"), api_key="none", max_retries=0, timeout=120)
+
+
+def oai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=120)
+
+
+# ---- Anthropic Messages ---------------------------------------------------------------------
+def test_messages_whole_and_streamed_give_the_same_text_with_anthropics_events(server):
+    c = claude(server)
+    kw = dict(model="gemma-4", max_tokens=24, system=[{"type": "text", "text": "Be brief."}], messages=ASK)
+    whole = c.messages.create(**kw)
+    assert whole.type == "message" and whole.role == "assistant" and whole.stop_reason == "max_tokens"
+    assert [b.type for b in whole.content] == ["text"] and whole.usage.output_tokens == 24
+    events = []
+    with c.messages.stream(**kw) as s:
+        for ev in s:
+            events.append(ev)
+        streamed = s.get_final_message()
+    assert streamed.content[0].text == whole.content[0].text  # greedy: the same reply
+    kinds = [e.type for e in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
+    starts = [e.index for e in events if e.type == "content_block_start"]
+    stops = [e.index for e in events if e.type == "content_block_stop"]
+    assert starts == stops == [0]
+    assert streamed.stop_reason == "max_tokens" and streamed.usage.output_tokens == 24
+    # the prompt as count_tokens sees it is the prompt the reply was made from
+    n = c.messages.count_tokens(model="gemma-4", system=kw["system"], messages=ASK).input_tokens
+    assert n == whole.usage.input_tokens + whole.usage.cache_read_input_tokens
+    # a stop sequence ends the text where it begins and is named
+    cut = whole.content[0].text[6:10]
+    stopped = c.messages.create(**{**kw, "stop_sequences": [cut]})
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == cut
+    assert stopped.content[0].text == whole.content[0].text[:whole.content[0].text.find(cut)]
+
+
+def test_a_forced_tool_call_and_its_result_go_round_whole_and_streamed(server):
+    c = claude(server)
+    kw = dict(model="gemma-4", max_tokens=200, messages=ASK, tools=[TOOL])
+    forced = c.messages.create(**kw, tool_choice={"type": "tool", "name": "get_weather"})
+    assert forced.stop_reason == "tool_use"
+    use = forced.content[-1]
+    assert use.type == "tool_use" and use.name == "get_weather"
+    jsonschema.validate(use.input, WEATHER)
+    with c.messages.stream(**kw, tool_choice={"type": "any"}) as s:
+        kinds = [(e.type, e.delta.type if e.type == "content_block_delta" else None) for e in s]
+        streamed = s.get_final_message()
+    assert ("content_block_delta", "input_json_delta") in kinds and streamed.stop_reason == "tool_use"
+    assert streamed.content[-1].input == use.input
+    # the result goes back (an error too, which the model is told); Claude Code's tolerated extras
+    for is_error in (False, True):
+        after = c.messages.create(model="gemma-4", max_tokens=8, tools=[TOOL], metadata={"user_id": "u"}, messages=[
+            *ASK, {"role": "assistant", "content": [use.model_dump(exclude_none=True)]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny",
+                                          "is_error": is_error, "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": "A reminder mid-conversation."}],
+            extra_body={"context_management": {"edits": []}, "output_config": {"effort": "high"}},
+            thinking={"type": "adaptive"})
+        assert after.stop_reason == "max_tokens" and after.usage.output_tokens == 8
+
+
+def test_messages_refuse_what_they_cannot_honour_in_anthropics_error_shape(server):
+    c = claude(server)
+    with pytest.raises(anthropic.BadRequestError, match="document") as e:
+        c.messages.create(model="g", max_tokens=5, messages=[{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}])
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError, match="server tools"):
+        c.messages.create(model="g", max_tokens=5, messages=ASK,
+                          tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    with pytest.raises(anthropic.BadRequestError, match="projector"):  # no picture reader loaded
+        c.messages.create(model="g", max_tokens=5, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}}]}])
+    r = httpx.post(server.url + "/messages", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+
+
+# a 1x1 PNG
+_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+# ---- OpenAI Responses -----------------------------------------------------------------------
+def test_responses_whole_streamed_and_a_function_call_round_trip(server):
+    c = oai(server)
+    whole = c.responses.create(model="g", instructions="Be brief.", input="Hello there", max_output_tokens=16)
+    assert whole.id.startswith("resp_") and whole.output[0].id.startswith("msg_")
+    assert whole.status == "incomplete" and whole.incomplete_details.reason == "max_output_tokens"
+    assert whole.usage.output_tokens == 16 and whole.output_text
+    text, types, done, numbers = "", [], None, []
+    for ev in c.responses.create(model="g", instructions="Be brief.", input=[{"role": "user", "content": "Hello there"}],
+                                 max_output_tokens=16, stream=True):
+        types.append(ev.type)
+        numbers.append(ev.sequence_number)
+        text += ev.delta if ev.type == "response.output_text.delta" else ""
+        done = ev.response if ev.type in ("response.completed", "response.incomplete") else done
+    assert types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.incomplete"
+    assert text == done.output_text == whole.output_text
+    assert numbers == list(range(1, len(numbers) + 1))
+    tools = [{"type": "function", "name": "get_weather", "description": "The weather", "parameters": WEATHER}]
+    called = c.responses.create(model="g", input="Weather?", tools=tools, tool_choice="required", max_output_tokens=200)
+    call = called.output[-1]
+    assert call.type == "function_call" and call.name == "get_weather" and called.status == "completed"
+    jsonschema.validate(json.loads(call.arguments), WEATHER)
+    kinds = [ev.type for ev in c.responses.create(model="g", input="Weather?", tools=tools, tool_choice="required",
+                                                  max_output_tokens=200, stream=True)]
+    assert "response.function_call_arguments.delta" in kinds and kinds[-1] == "response.completed"
+    after = c.responses.create(model="g", tools=tools, max_output_tokens=8, store=False, input=[
+        {"role": "developer", "content": "Use tools."}, {"role": "user", "content": "Weather?"},
+        call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert after.usage.input_tokens > whole.usage.input_tokens and after.store is False
+    assert c.responses.input_tokens.count(model="g", input="Hello there").input_tokens > 0
+
+
+def test_responses_refuse_state_and_foreign_tools_by_name(server):
+    c = oai(server)
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        c.responses.create(model="g", input="x", previous_response_id="resp_1")
+    with pytest.raises(openai.BadRequestError, match="web_search"):
+        c.responses.create(model="g", input="x", tools=[{"type": "web_search"}])
+
+
+def test_the_agents_sdk_in_its_default_responses_mode_runs_a_tool_round(server):
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    seen = []
+
+    @function_tool
+    def get_weather(city: Literal["Paris", "Oslo"], days: int) -> str:
+        """The weather of a city for some days."""
+        seen.append((city, days))
+        return f"sunny in {city} for {days} days"
+
+    llm = OpenAIResponsesModel(model="g", openai_client=openai.AsyncOpenAI(base_url=server.url, api_key="none",
+                                                                          max_retries=0, timeout=120))
+    # the synthetic model's answer never ends by itself, and a reply cut at max_output_tokens is an
+    # error to the SDK (status incomplete, as OpenAI's): stop strings (llama-server's extension
+    # to the Responses API) end it where its walk through the vocabulary passes
+    stops = ["\n", "0", "!", "a", "e", "5", "x"]
+    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather], model=llm,
+                  model_settings=ModelSettings(tool_choice="required", max_tokens=120, temperature=0.0,
+                                               extra_body={"stop": stops}))
+    result = asyncio.run(Runner.run(agent, "Weather in Paris for 3 days?", max_turns=4,
+                                    run_config=RunConfig(tracing_disabled=True)))
+    assert len(seen) == 1 and seen[0][0] in ("Paris", "Oslo") and isinstance(seen[0][1], int)
+    kinds = [item.type for item in result.new_items]
+    assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
+
+
+# ---- llama-server's routes ------------------------------------------------------------------
+def test_llama_server_routes_and_extensions(server):
+    base = server.url.removesuffix("/v1")
+    post = lambda path, body: httpx.post(base + path, json=body, timeout=60)  # noqa: E731
+    assert httpx.get(base + "/models").json()["data"][0]["id"]
+    toks = post("/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert "".join(t["piece"] for t in toks).strip() == "Hello world"  # as SentencePiece: a space before
+    assert post("/detokenize", {"tokens": [t["id"] for t in toks]}).json()["content"].strip() == "Hello world"
+    assert post("/detokenize", {"tokens": [10**9]}).status_code == 400
+    prompt = post("/apply-template", {"messages": ASK}).json()["prompt"]
+    assert "<|turn>user\nWhat is the weather in Paris?<turn|>\n<|turn>model\n" in prompt
+    n = post("/v1/chat/completions/input_tokens", {"messages": ASK}).json()["input_tokens"]
+    r = post("/chat/completions", {"messages": ASK, "max_tokens": 4})  # unprefixed, as llama.cpp's tests use
+    body = r.json()
+    assert body["usage"]["prompt_tokens"] == n and body["system_fingerprint"].startswith("tandem-")
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+    props = httpx.get(base + "/props").json()
+    assert props["default_generation_settings"]["n_ctx"] == 8192 and "<|turn>" in props["chat_template"]
+    assert props["modalities"]["vision"] is False and props["tandem"]["mtp"] is True
+    metrics = httpx.get(base + "/metrics").text
+    assert 'tandem:requests_total{api="chat"}' in metrics and "llamacpp:tokens_predicted_total" in metrics
+    drafted = [float(line.split()[-1]) for line in metrics.splitlines() if line.startswith('tandem:draft_tokens_total{source="mtp"}')]
+    assert drafted and drafted[0] > 0  # the drafter drafted for these requests
+    # a stream's first chunk names the role with no content yet
+    with httpx.stream("POST", base + "/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, "stream": True},
+                      timeout=60) as s:
+        first = json.loads(next(line for line in s.iter_lines() if line.startswith("data:"))[5:])
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
+
+
+def test_grammar_and_json_schema_extensions_are_honoured_and_checked(server):
+    c = oai(server)
+    yes_no = c.chat.completions.create(model="g", messages=ASK, max_tokens=8,
+                                       extra_body={"grammar": 'root ::= "yes" | "no"'})
+    assert yes_no.choices[0].message.content in ("yes", "no")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    js = c.chat.completions.create(model="g", messages=ASK, max_tokens=40, extra_body={"json_schema": schema})
+    jsonschema.validate(json.loads(js.choices[0].message.content), schema)
+    obj = c.chat.completions.create(model="g", messages=ASK, max_tokens=40,
+                                    response_format={"type": "json_object", "schema": schema})
+    jsonschema.validate(json.loads(obj.choices[0].message.content), schema)
+    with pytest.raises(openai.BadRequestError, match="grammar"):
+        c.chat.completions.create(model="g", messages=ASK, max_tokens=8, extra_body={"grammar": "root ::= ("})
+    with pytest.raises(openai.BadRequestError, match="give one"):
+        c.chat.completions.create(model="g", messages=ASK, max_tokens=8,
+                                  extra_body={"grammar": 'root ::= "a"', "json_schema": schema})
+
+
+def test_a_prompt_over_the_context_says_its_size_as_llama_server_does(server):
+    r = httpx.post(server.url + "/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 4})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["type"] == "exceed_context_size_error"
+    assert err["n_ctx"] == 8192 and err["n_prompt_tokens"] > 8192

@@ -1,0 +1,70 @@
+"""The server's HTTP layer without a model (FastAPI's test client over the real app; no engine is
+loaded, so requests that pass the middlewares end in the API's 503 "No model is loaded"): keys
+as OpenAI's and Anthropic's clients send them, browser origins as --cors allows them, and errors
+in the shape of the API that was asked."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.serve import ServerState, create_app
+from engine.serve.http import Origins
+
+
+def client(key=None, cors=None) -> TestClient:
+    return TestClient(create_app(ServerState(lambda: None, "gemma-4", api_key=key), cors), base_url="http://127.0.0.1")
+
+
+def test_the_key_is_taken_as_a_bearer_token_or_as_x_api_key_and_refused_in_each_apis_shape():
+    c = client(key="sekret")
+    assert c.get("/health").status_code == 200  # no key needed
+    for headers in ({"Authorization": "Bearer sekret"}, {"x-api-key": "sekret"}):
+        assert c.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+                      headers=headers).status_code == 503  # past the key: no model here
+    wrong = c.post("/v1/messages", json={}, headers={"x-api-key": "nope"})
+    assert wrong.status_code == 401 and wrong.json() == {"type": "error", "error": {
+        "type": "authentication_error", "message": wrong.json()["error"]["message"]}}
+    openai_shape = c.post("/v1/responses", json={}, headers={"Authorization": "Bearer nope"})
+    assert openai_shape.status_code == 401 and openai_shape.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize("cors, origin, allowed", [
+    (None, "http://localhost:5173", False),
+    (["http://example.com"], "http://example.com", True),
+    (["http://example.com"], "http://evil.example", False),
+    (["http://a.test", "http://b.test"], "http://b.test", True),
+    (["*"], "http://anywhere.test", True),
+    (["localhost"], "http://localhost:5173", True),
+    (["localhost"], "http://127.0.0.1:8000", True),
+    (["localhost"], "http://[::1]:3000", True),
+    (["localhost"], "http://localhost.evil.test", False),
+])
+def test_cors_allows_the_origins_it_was_given(cors, origin, allowed):
+    c = client(cors=cors)
+    r = c.get("/v1/models", headers={"Origin": origin})
+    assert (r.status_code == 200) == allowed, r.text
+    if allowed:
+        assert r.headers["access-control-allow-origin"] in (origin, "*")
+        pre = c.options("/v1/messages", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                                 "Access-Control-Request-Headers": "x-api-key,anthropic-version"})
+        assert pre.status_code == 200
+    else:
+        assert r.json()["error"]["code"] == "origin_not_allowed"
+    assert Origins(cors).allows(origin) == allowed
+
+
+def test_malformed_bodies_get_their_apis_error_shape():
+    c = client()
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = c.post(path, content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["type"] == "error" and "not valid JSON" in r.json()["error"]["message"]
+    for path in ("/v1/responses", "/v1/chat/completions", "/chat/completions", "/tokenize"):
+        r = c.post(path, content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"], path
+    missing = c.post("/v1/messages", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert missing.status_code == 400 and "max_tokens" in missing.json()["error"]["message"]
+    too_big = c.post("/v1/messages", content=b"x" * (5 * 2**20), headers={"content-type": "application/json"})
+    assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "request_too_large"
+    assert c.get("/v1/nothing").json()["error"]["code"] == "not_found"
+    assert c.get("/v1/messages/nothing").json()["error"]["type"] == "not_found_error"
