@@ -12,6 +12,10 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QHBoxLayout, QLabel, QListWid
                                QVBoxLayout)
 
 
+API_NAMES = {"chat": "OpenAI chat", "completions": "OpenAI completions", "messages": "Anthropic messages",
+             "responses": "OpenAI responses"}
+
+
 class _LogRelay(QObject):
     """Request log entries from the server's thread, delivered on the GUI thread."""
 
@@ -30,8 +34,8 @@ class ServerPanel(QDialog):
         self.relay = _LogRelay(self)
         self.relay.entry.connect(self._logged)
         lay = QVBoxLayout(self)
-        intro = QLabel("Editors and tools that speak the OpenAI API can use the loaded model, with MTP, "
-                       "offline. Only this computer can connect (127.0.0.1).")
+        intro = QLabel("Editors and coding agents that speak the OpenAI or Anthropic API can use the loaded "
+                       "model, with MTP, offline. Only this computer can connect (127.0.0.1).")
         intro.setWordWrap(True)
         lay.addWidget(intro)
         row = QHBoxLayout()
@@ -117,7 +121,8 @@ class ServerPanel(QDialog):
 
     def _logged(self, e: dict) -> None:
         acc = f", {e['accepted'] * 100:.0f} % accepted" if e.get("accepted") is not None else ""
-        self.log.insertItem(0, f"{time.strftime('%H:%M:%S')}  {e['kind']}{' (stream)' if e['stream'] else ''}: "
+        api = API_NAMES.get(e["kind"], e["kind"])  # which API the request came through
+        self.log.insertItem(0, f"{time.strftime('%H:%M:%S')}  {api}{' (stream)' if e['stream'] else ''}: "
                                f"{e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s{acc}, {e['seconds']:.1f} s")
         while self.log.count() > 500:
             self.log.takeItem(self.log.count() - 1)

@@ -31,7 +31,7 @@ def test_serve_on_localhost_from_the_window(qtbot, tmp_path, tiny):
                                   messages=[{"role": "user", "content": "Hello world, this is a test"}])
     assert r.choices[0].message.content and r.model_extra["timings"]["draft_n_accepted"] > 0
     qtbot.waitUntil(lambda: panel.log.count() == 1, timeout=TIMEOUT)
-    assert "32 tokens" in panel.log.item(0).text() and "accepted" in panel.log.item(0).text()
+    assert "OpenAI chat" in panel.log.item(0).text() and "32 tokens" in panel.log.item(0).text() and "accepted" in panel.log.item(0).text()
     assert send(qtbot, win, "and the window still chats").stats["mode"] == "hybrid"  # the engine, in turn
     panel.switch.setChecked(False)
     assert panel.server is None and not win.serve_label.isVisible()
