@@ -23,9 +23,9 @@ from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
 from engine.template_sandbox import RenderCancelled
-from engine.tools import CallParser, calls_grammar
+from engine.reply import ReplyAssembler
+from engine.tools import calls_grammar
 
-TOOL_RESPONSE = "<|tool_response>"  # what Gemma 4 writes after its calls: the tool's turn
 
 from .chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
@@ -211,9 +211,9 @@ class EngineWorker(QObject):
             self.failed.emit(rid, "error", str(err))
             return
         usual_tps = self._usual_tps()  # before this run's own steps enter the median
-        parser = CallParser([t["function"]["name"] for t in s.tools]) if s.tools else None
-        calls = []
-        answer, thinking, origins, timeline = [], [], [], []
+        # the engine's reply assembler reads calls, thinking and each piece's source, as the server does
+        reply = ReplyAssembler([t["function"]["name"] for t in s.tools] if s.tools else None)
+        answer, thinking, timeline = [], [], []
         pending, last_emit = [], 0.0
         t0 = time.perf_counter()
         stats = None
@@ -221,32 +221,12 @@ class EngineWorker(QObject):
             for ev in events:
                 stats = ev.stats
                 now = time.perf_counter()
+                d = reply.feed(ev)
+                if reply.tool_turn:
+                    calls_done.append(True)
                 thinking.append(ev.thinking)
-                said = []
-                for p in ev.pieces:
-                    origin = "lookup" if p.drafted and p.source == "lookup" else p.drafted
-                    if parser is not None and p.channel in ("answer", "control"):
-                        for kind, value in parser.feed(p.text if p.channel == "answer" else "", p.marker):
-                            if kind == "call":
-                                calls.append(value)
-                            else:  # text, or a call the parser gave back as the text it was
-                                said.append(value)
-                                origins.append([value, origin if value == p.text else False])
-                                pending.append([value, "answer", origin if value == p.text else False])
-                        if calls and p.marker == TOOL_RESPONSE:
-                            calls_done.append(True)
-                        continue
-                    if p.channel == "answer":
-                        origins.append([p.text, origin])
-                        said.append(p.text)
-                    pending.append([p.text, p.channel, origin])
-                if parser is not None and ev.finish_reason:
-                    rest = "".join(v for kind, v in parser.finish() if kind == "text")
-                    said.append(rest)
-                    if rest:
-                        origins.append([rest, False])
-                        pending.append([rest, "answer", False])
-                answer.append("".join(said) if parser is not None else ev.answer)
+                pending += d.pieces
+                answer.append(d.text)
                 if answer[-1] or ev.thinking:
                     timeline.append([now - t0, answer[-1], ev.thinking])
                 if now - last_emit >= EMIT_INTERVAL_S or ev.finish_reason:
@@ -259,6 +239,7 @@ class EngineWorker(QObject):
                 self.stream.emit(rid, pending, self._live(stats) if stats else {})
             self.failed.emit(rid, "error", str(err))
             return
+        calls, origins = reply.calls, reply.origins
         live = self._live(stats) if stats else {}
         if calls and live.get("finish_reason") in ("stop", "cancelled") and not stopped():
             live["finish_reason"] = "tool_calls"  # it stopped to let the tool answer

@@ -51,11 +51,11 @@ class Choice:
             if self._first is None:
                 return
             yield self.reply.feed(self._first)
-            if self.reply.hit:
+            if self.reply.done:
                 return
             async for ev in self._gen:
                 yield self.reply.feed(ev)
-                if self.reply.hit:
+                if self.reply.done:
                     return
         finally:
             await self._gen.aclose()
