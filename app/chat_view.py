@@ -7,6 +7,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from .render import cut_off
 from .store import Message
 from .widgets import EmptyState, MessageWidget
 
@@ -14,7 +15,7 @@ from .widgets import EmptyState, MessageWidget
 class ChatView(QWidget):
     action = Signal(str, object)  # a message's button: (name, MessageWidget)
     save_code = Signal(str, str)  # a code block's Save as…: (code, suggested file name)
-    diff_code = Signal(str, object)  # a code block's Diff with…: (code, AttachedFile)
+    diff_code = Signal(str, object, bool)  # a code block's Diff with…: (code, AttachedFile, cut off)
     example_chosen = Signal(str)
 
     def __init__(self, parent=None):
@@ -86,7 +87,8 @@ class ChatView(QWidget):
         w.copy_requested.connect(lambda text: QGuiApplication.clipboard().setText(text))
         w.action.connect(self.action)
         w.save_requested.connect(self.save_code)
-        w.diff_requested.connect(self.diff_code)
+        # a block the reply stopped inside is only the start of a file: the dialog must not save it over one
+        w.diff_requested.connect(lambda code, f, w=w: self.diff_code.emit(code, f, cut_off(w.text, code)))
         w.attached_files = lambda: self.attached_files()  # read when it renders: set after the view is built
         self.msg_layout.insertWidget(self.msg_layout.count() - 1, w)
         w.show()  # now, not on the next event loop pass: hidden ones are the edited ones

@@ -22,6 +22,8 @@ from .text_files import _BOMS, MAX_TEXT_BYTES, AttachedFile, NotText, decode_tex
 
 CONTEXT_LINES = 3  # unchanged lines shown around each change
 MAX_ROWS = 4000  # a table this long is already slow to lay out: the rest is summed up in one row
+CUT_OFF = ("This reply was cut off before its code block ended: saving it would truncate the file. "
+           "Save as… can still write it to a new file.")
 ADDED, REMOVED = "#2da44e", "#cf222e"  # mixed into the palette's base colour: readable light and dark
 _last_dir = ""  # where the last Save as… went: the next one starts there
 
@@ -118,19 +120,30 @@ def side_by_side(old: list[str], new: list[str], pal: QPalette, old_title: str, 
 
 class DiffDialog(QDialog):
     """The attached version of a file (left) beside a reply's code block (right), with Save
-    over original… (after a confirmation naming the path), Save as… and Close."""
+    over original… (after a confirmation naming the path), Save as… and Close.
 
-    def __init__(self, code: str, attached: AttachedFile, parent=None):
+    `cut_off`: the reply stopped inside the block (its closing fence never came), so the block
+    is at most the start of the file: Save over original is off, and the dialog says why."""
+
+    def __init__(self, code: str, attached: AttachedFile, parent=None, cut_off: bool = False):
         super().__init__(parent)
-        self.code, self.attached = code, attached
+        self.code, self.attached, self.cut_off = code, attached, cut_off
         self.setWindowTitle(f"Changes to {attached.name}")
         self.resize(1100, 700)
         lay = QVBoxLayout(self)
-        table, self.added, self.removed = side_by_side(attached.text.splitlines(), code.splitlines(), self.palette(),
-                                                       f"{attached.name} as attached", "Reply")
+        old, new = attached.text.splitlines(), code.splitlines()
+        self.old_lines, self.new_lines = len(old), len(new)
+        table, self.added, self.removed = side_by_side(old, new, self.palette(), f"{attached.name} as attached",
+                                                       "Reply")
         self.summary = QLabel(f"+{self.added} −{self.removed} lines", self)
         self.summary.setTextFormat(Qt.PlainText)
         lay.addWidget(self.summary)
+        self.cut_off_note = QLabel(CUT_OFF, self)  # seen before any button: why Save over original is off
+        self.cut_off_note.setTextFormat(Qt.PlainText)
+        self.cut_off_note.setWordWrap(True)
+        self.cut_off_note.setStyleSheet(f"color: {REMOVED}; font-weight: 600")
+        self.cut_off_note.setVisible(cut_off)
+        lay.addWidget(self.cut_off_note)
         self.view = SafeBrowser(self)
         self.view.setFont(QFontDatabase.systemFont(QFontDatabase.FixedFont))
         self.view.setLineWrapMode(SafeBrowser.NoWrap)
@@ -154,8 +167,10 @@ class DiffDialog(QDialog):
         close.clicked.connect(self.reject)
         close.setDefault(True)  # Enter closes; saving is always a deliberate click
         source = attached.source
-        self.save_over_btn.setEnabled(bool(source) and os.path.isfile(source))
-        if not self.save_over_btn.isEnabled():
+        self.save_over_btn.setEnabled(not cut_off and bool(source) and os.path.isfile(source))
+        if cut_off:
+            self.save_over_btn.setToolTip(CUT_OFF)
+        elif not self.save_over_btn.isEnabled():
             self.save_over_btn.setToolTip("Where the attached file came from is not known, or it is gone"
                                           if not source else f"{source} no longer exists")
 
@@ -166,6 +181,9 @@ class DiffDialog(QDialog):
 
     def save_over(self) -> bool:
         """Write the reply's version over the file it was attached from, once the user confirms."""
+        if self.cut_off:  # the button is off; a caller going around it is refused all the same
+            self.status.setText("Not saved: " + CUT_OFF)
+            return False
         path = os.path.realpath(self.attached.source)  # a link: the file it points to, the link stays
         try:
             with open(path, "rb") as f:
@@ -176,6 +194,10 @@ class DiffDialog(QDialog):
         # a fixed first line with no "<": QMessageBox then shows the text plain, whatever the path holds
         text = (f"Replace the original file with the reply's version?\n\n{path}\n\n"
                 f"+{self.added} −{self.removed} lines.")
+        if self.new_lines < self.old_lines and 2 * self.removed > self.old_lines:
+            # a reply that drops most of a file is more often a partial one than a meant rewrite
+            text += (f"\n\nThe reply's version is much shorter: it removes {self.removed} of the original's "
+                     f"{self.old_lines} lines and has {self.new_lines} in all. Is it the whole file?")
         if on_disk is None:
             text += "\n\nThe file could not be read now: it may have changed since it was attached."
         elif on_disk != self.attached.text:

@@ -20,7 +20,8 @@ from .code_match import BEFORE_CHARS, match_file
 from .safe_text import fragments, images_to_links
 from .text_files import AttachedFile, language_of
 
-FENCE = re.compile(r"^```[ \t]*([^\n]*)\n(.*?)(?:^```[ \t]*$|\Z)", re.S | re.M)
+# a block runs to its closing fence, or to the end of the text: "close" tells which
+FENCE = re.compile(r"^```[ \t]*([^\n]*)\n(.*?)(?:^(?P<close>```)[ \t]*$|\Z)", re.S | re.M)
 LANG = re.compile(r"[\w+#.-]*")  # the language label: the info string's first word
 MD_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value)
@@ -51,6 +52,7 @@ class Part(NamedTuple):
     lang: str = ""
     info: str = ""
     before: str = ""
+    closed: bool = True  # False: the text ended inside the block (still streaming, or the reply was cut off)
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,18 @@ def split_code(text: str) -> list[Part]:
         if "." in lang and language_of(lang):  # ```app.py: a file name, its language is known
             lang = language_of(lang)
         before = text[max(pos, m.start() - BEFORE_CHARS):m.start()]
-        out.append(Part("code", m.group(2).rstrip("\n"), lang, info, before))
+        out.append(Part("code", m.group(2).rstrip("\n"), lang, info, before, m.group("close") is not None))
         pos = m.end()
     if pos < len(text):
         out.append(Part("md", text[pos:]))
     return out
+
+
+def cut_off(text: str, code: str) -> bool:
+    """Whether `code`, a code block of the message `text`, never got its closing fence: the
+    reply stopped inside it (max tokens, a full context, Stop, an error), so it is the first
+    part of a file at most, never a whole one to save over the original."""
+    return any(p.kind == "code" and not p.closed and p.text == code for p in split_code(for_display(text)))
 
 
 def code_html(body: str, lang: str, dark: bool) -> str:

@@ -480,11 +480,12 @@ class MainWindow(QMainWindow):
 
         save_code_as(self, code, suggested_name)
 
-    def _diff_code(self, code: str, attached) -> None:
-        """A reply's new version of an attached file, side by side; saving over asks first."""
+    def _diff_code(self, code: str, attached, cut_off: bool = False) -> None:
+        """A reply's new version of an attached file, side by side; saving over asks first, and
+        is refused for a block the reply was cut off inside (`cut_off`)."""
         from .diff_dialog import DiffDialog
 
-        DiffDialog(code, attached, self).exec()
+        DiffDialog(code, attached, self, cut_off=cut_off).exec()
 
     def edit_message(self, w: MessageWidget) -> None:
         if not self.session.busy and w.role == "user":

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.code_match import match_file
 from app.diff_dialog import DiffDialog, save_code_as
+from app.render import cut_off, split_code
 from app.text_files import AttachedFile
 from app.widgets import MessageWidget
 
@@ -120,7 +121,7 @@ def test_a_block_that_edits_an_attached_file_offers_a_diff(qtbot, tmp_path):
     qtbot.addWidget(view)
     view.attached_files = lambda: [other, calc]  # set after the view is built, as the window does
     diffs, saves = [], []
-    view.diff_code.connect(lambda code, f: diffs.append((code, f)))
+    view.diff_code.connect(lambda code, f, cut: diffs.append((code, f, cut)))
     view.save_code.connect(lambda code, name: saves.append((code, name)))
     w = view.add("assistant", 1)
     w.set_content(f"The fixed version:\n\n```python\n{CALC_FIXED}```\n\nA new helper:\n\n```python\n{PY}\n```\n")
@@ -128,9 +129,24 @@ def test_a_block_that_edits_an_attached_file_offers_a_diff(qtbot, tmp_path):
     assert text.count("Diff with src/calc.py") == 1 and "diff:0" in w.body.toHtml() and "diff:1" not in w.body.toHtml()
     w._anchor(QUrl("diff:0"))
     w._anchor(QUrl("diff:1"))  # the helper is like no file: nothing
-    assert diffs == [(CALC_FIXED.rstrip("\n"), calc)]
+    assert diffs == [(CALC_FIXED.rstrip("\n"), calc, False)]
     w._anchor(QUrl("save:0"))
     assert saves == [(CALC_FIXED.rstrip("\n"), "calc.py")]  # Save as… proposes the file's own name
+
+    # the reply stopped (max tokens) inside the block: still a diff, said to be cut off
+    part = CALC_FIXED[:CALC_FIXED.index("def times")]
+    w.set_content(f"The fixed version:\n\n```python\n{part}")
+    w._anchor(QUrl("diff:0"))
+    assert diffs[-1] == (part.rstrip("\n"), calc, True)
+
+
+def test_a_block_whose_fence_never_closed_is_cut_off():
+    closed = f"Fixed:\n\n```python\n{PY}\n```\n\nand then\n\n```rust\n{RS}"
+    parts = [p for p in split_code(closed) if p.kind == "code"]
+    assert [(p.text, p.closed) for p in parts] == [(PY, True), (RS, False)]
+    assert not cut_off(closed, PY) and cut_off(closed, RS)
+    assert not cut_off(f"```python\n{PY}\n```", PY)  # closed at the very end of the reply
+    assert cut_off(f"```python\n{PY}\n``", PY + "\n``")  # half a closing fence closes nothing
 
 
 # ---- which file a block rewrites -------------------------------------------------------------
@@ -237,3 +253,41 @@ def test_save_code_as_writes_the_file(qtbot, tmp_path, monkeypatch):
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a: ("", ""))  # cancelled
     assert save_code_as(None, "other", "x.py") is None
     assert target.read_text(encoding="utf-8") == PY + "\n"
+
+
+def test_a_cut_off_block_never_saves_over_the_original(qtbot, tmp_path, monkeypatch):
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    part = CALC_FIXED[:CALC_FIXED.index("def times")]  # what a reply stopped at max tokens holds
+    d = DiffDialog(part, AttachedFile("calc.py", CALC, str(path)), cut_off=True)
+    qtbot.addWidget(d)
+    d.show()
+    assert not d.save_over_btn.isEnabled() and d.save_as_btn.isEnabled()
+    assert d.cut_off_note.isVisible()
+    assert d.cut_off_note.text().startswith("This reply was cut off before its code block ended: saving it "
+                                            "would truncate the file")
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *a: asked.append(text) or QMessageBox.Yes)
+    assert not d.save_over()  # called around the button: refused all the same, without asking
+    assert path.read_text() == CALC and not asked and d.status.text().startswith("Not saved: This reply was cut off")
+    whole = DiffDialog(CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))
+    qtbot.addWidget(whole)
+    whole.show()
+    assert whole.save_over_btn.isEnabled() and not whole.cut_off_note.isVisible()
+
+
+def test_a_much_shorter_version_is_said_in_the_confirmation(qtbot, tmp_path, monkeypatch):
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    short = "def add(a, b):\n    return a + b + 0\n"  # a closed block that drops most of the file
+    d = DiffDialog(short, AttachedFile("calc.py", CALC, str(path)))
+    qtbot.addWidget(d)
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *a: asked.append(text) or QMessageBox.No)
+    d.save_over()
+    assert "much shorter: it removes 9 of the original's 10 lines and has 2 in all" in asked[0]
+    assert path.read_text() == CALC
+    d2 = DiffDialog(CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))  # an edit of the same length: no word
+    qtbot.addWidget(d2)
+    d2.save_over()
+    assert "much shorter" not in asked[1]

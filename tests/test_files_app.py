@@ -259,3 +259,56 @@ def test_a_reply_that_edits_an_attached_file_shows_the_diff_and_saves_over_only_
     assert seen["summary"] == "+5 −0 lines" and seen["after_no"] == CODE
     assert seen["status"] == f"Saved over {src.resolve()}" and src.read_text() == edited.rstrip("\n") + "\n"
     win.close()
+
+
+def test_a_reply_cut_off_inside_its_code_block_never_saves_over_the_file(qtbot, tmp_path, tiny, monkeypatch):
+    """A reply stopped at max tokens inside its code block is part of a file: Save over original
+    wrote such a block over the whole file (64 lines became 46, with no undo). The diff still
+    shows, Save over original is off and the dialog says why; Save as… stays."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from app.diff_dialog import DiffDialog
+
+    from .test_code_blocks import click_link
+
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
+    src = tmp_path / "text.py"
+    original = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(16))  # 64 lines
+    src.write_text(original)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    win.composer.attach_files()
+    _counted(qtbot, win, 1)
+    send(qtbot, win, "Make f0 add one more")
+    # the reply a real model writes when max tokens stops it mid-block: the fence never closes
+    cut = "".join(original.splitlines(keepends=True)[:46]).replace("return x + 0", "return x + 1")
+    cid = win.session.conversation_id
+    mid = win.store.add_message(cid, "assistant", f"Here is text.py with the change:\n\n```python\n{cut}")
+    win.store.update_message(mid, f"Here is text.py with the change:\n\n```python\n{cut}",
+                             stats={"footer": "8 tokens", "finish_reason": "length"})
+    win.session.show_chat()
+    reply = win.chat_view.widgets()[-1]
+    assert "Diff with text.py" in reply.body.toPlainText()  # the diff is still worth seeing
+
+    asked, seen = [], {}
+    monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *a: asked.append(text) or QMessageBox.Yes)
+
+    def drive():
+        dlg = QApplication.activeModalWidget()
+        try:
+            assert isinstance(dlg, DiffDialog)
+            seen["save_over"] = dlg.save_over_btn.isEnabled()
+            seen["save_as"] = dlg.save_as_btn.isEnabled()
+            dlg.save_over_btn.click()  # a disabled button does nothing; on the old code this wrote the file
+            seen["note"] = dlg.cut_off_note.text() if dlg.cut_off_note.isVisible() else ""
+        finally:
+            seen["done"] = True
+            dlg.reject()
+
+    QTimer.singleShot(0, drive)
+    click_link(qtbot, reply, "diff:0")
+    qtbot.waitUntil(lambda: "done" in seen, timeout=TIMEOUT)
+    assert src.read_text() == original and not asked  # never written, never even asked
+    assert seen["save_over"] is False and seen["save_as"] is True
+    assert "This reply was cut off before its code block ended: saving it would truncate the file" in seen["note"]
+    win.close()
