@@ -52,8 +52,9 @@ class Delta:
     thinking: str = ""
     calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[dict] = field(default_factory=list)  # chat's shape: token, logprob, bytes, top_logprobs
-    # the step's text as [text, channel ("answer" or "thinking"), origin], origin being False (the
-    # model's own token), True (a drafter's token it accepted) or "lookup" (copied from the text)
+    # the step's text as [text, channel ("answer", "thinking", "control"), origin], origin being False
+    # (the model's own token), True (a drafter's token it accepted) or "lookup" (copied from the
+    # text); one entry per token, except where the call parser holds text back or gives it back
     pieces: list[list] = field(default_factory=list)
 
 
@@ -104,13 +105,14 @@ class ReplyAssembler:
                 items = self.parser.feed(p.text if p.channel != "control" else "", p.marker)
                 if (self.calls or d.calls) and p.marker == TOOL_RESPONSE:
                     self.tool_turn = True
-            else:
+            else:  # one entry per token, the empty text of a control token or half a character too
+                d.pieces.append([p.text, p.channel, origin])
                 items = [("text", p.text)] if p.text else []
             for what, value in items:
                 if what == "text":
                     text.append(value)
-                    # a call given back as the text it was is the model's, not one token's
-                    d.pieces.append([value, "answer", origin if value == p.text else False])
+                    if self.parser is not None:  # a call given back as the text it was is the model's
+                        d.pieces.append([value, "answer", origin if value == p.text else False])
                 elif self.parallel or not (self.calls or d.calls):  # one call asked for: the first counts
                     d.calls.append(value)
             if self.want_logprobs and p.logprob is not None and p.channel != "control":

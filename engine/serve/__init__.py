@@ -8,7 +8,7 @@ checks, which every API's request is translated into), one module per API, app (
 """
 
 from .admission import ServerState
-from .app import create_app, run
-from .http import HEADER_TIMEOUT_S, BackgroundServer, check_host
+from .app import BackgroundServer, create_app, run
+from .http import HEADER_TIMEOUT_S, check_host
 
 __all__ = ["BackgroundServer", "HEADER_TIMEOUT_S", "ServerState", "check_host", "create_app", "run"]

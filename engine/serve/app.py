@@ -18,6 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import threading
+import time
+
+from ..errors import TandemError
 from ..generation import AUTO
 from . import anthropic_api, llama_api, openai_api, responses_api
 from .admission import RETRY_AFTER_S, ServerState
@@ -77,3 +81,40 @@ def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_
 
     state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel, on_log=log)
     uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port, log_level=log_level)).run()
+
+
+class BackgroundServer:
+    """The server on a thread of its own, for the app's "Serve on localhost" switch: started and
+    stopped at will while the app keeps running. `start` returns once it listens, or raises."""
+
+    def __init__(self, state, host: str = "127.0.0.1", port: int = 8080, cors: list[str] | None = None):
+        import uvicorn
+
+        check_host(host, state.api_key)
+        self.url = f"http://{host}:{port}/v1"
+        self.server = uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port,
+                                                    log_level="critical", lifespan="off"))
+        self.thread = threading.Thread(target=self._run, name="tandem-serve", daemon=True)
+        self.error: str | None = None
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except SystemExit:  # uvicorn exits when it cannot bind
+            self.error = "the port is in use or cannot be opened"
+        except Exception as e:
+            self.error = str(e)
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.thread.start()
+        t = time.time()
+        while not self.server.started and self.thread.is_alive() and time.time() - t < timeout:
+            time.sleep(0.02)
+        if not self.server.started:
+            self.stop()
+            raise TandemError(f"cannot serve at {self.url}: {self.error or 'the port is in use or cannot be opened'}")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self.thread.is_alive():
+            self.thread.join(10)

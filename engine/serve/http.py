@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import hmac
 import re
-import threading
-import time
 from urllib.parse import urlsplit
 
 from .errors import ApiError, error_response
-from ..errors import TandemError
 
 MAX_BODY_BYTES = 4 * 2**20
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -206,42 +203,3 @@ def uvicorn_config(app, host: str, port: int, **kw):
 def check_host(host: str, api_key: str | None) -> None:
     if host not in LOOPBACK and not api_key:
         raise ValueError(f"serving on {host} (reachable from other machines) needs --api-key")
-
-
-class BackgroundServer:
-    """The server on a thread of its own, for the app's "Serve on localhost" switch: started and
-    stopped at will while the app keeps running. `start` returns once it listens, or raises."""
-
-    def __init__(self, state, host: str = "127.0.0.1", port: int = 8080, cors: list[str] | None = None):
-        import uvicorn
-
-        from .app import create_app
-
-        check_host(host, state.api_key)
-        self.url = f"http://{host}:{port}/v1"
-        self.server = uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port,
-                                                    log_level="critical", lifespan="off"))
-        self.thread = threading.Thread(target=self._run, name="tandem-serve", daemon=True)
-        self.error: str | None = None
-
-    def _run(self) -> None:
-        try:
-            self.server.run()
-        except SystemExit:  # uvicorn exits when it cannot bind
-            self.error = "the port is in use or cannot be opened"
-        except Exception as e:
-            self.error = str(e)
-
-    def start(self, timeout: float = 10.0) -> None:
-        self.thread.start()
-        t = time.time()
-        while not self.server.started and self.thread.is_alive() and time.time() - t < timeout:
-            time.sleep(0.02)
-        if not self.server.started:
-            self.stop()
-            raise TandemError(f"cannot serve at {self.url}: {self.error or 'the port is in use or cannot be opened'}")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self.thread.is_alive():
-            self.thread.join(10)
