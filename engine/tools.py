@@ -17,6 +17,7 @@ Everything here is bounded: the number and size of tools, schema depth, argument
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -143,7 +144,12 @@ class _Args:
         m = self.NUMBER.match(s, i)
         if m and m.end() > i:
             self.i = m.end()
-            return float(m.group()) if m.group(2) or m.group(3) else int(m.group())
+            if not (m.group(2) or m.group(3)):
+                return int(m.group())
+            v = float(m.group())
+            if math.isinf(v):  # 1e999: no JSON number carries it (json.dumps would write Infinity)
+                raise ValueError(f"{m.group()} is beyond what a JSON number can carry")
+            return v
         raise ValueError(f"unexpected {s[i:i + 10]!r} at {i}")
 
     def obj(self, depth: int) -> dict:

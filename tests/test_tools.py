@@ -248,6 +248,18 @@ def test_calls_are_read_from_the_model_syntax_and_bad_ones_stay_text():
             parse_call(bad)
 
 
+def test_a_number_beyond_what_json_can_carry_is_no_call():
+    """Found by Codex against tandem serve: `1e999` (the call grammar allows 4 exponent digits)
+    became Infinity, and the arguments Codex got were not JSON. Such a call stays text."""
+    assert json.loads(parse_call("call:f{a:1.5e308,b:-2e-400}").arguments_json) == {"a": 1.5e308, "b": -0.0}
+    for bad in ("call:f{a:1e999}", "call:f{b:-1e400}", "call:f{c:[1,2e309]}"):
+        with pytest.raises(ValueError, match="JSON"):
+            parse_call(bad)
+    p = CallParser(["f"])
+    out = p.feed("", "<|tool_call>") + p.feed("call:f{a:1e999}") + p.feed("", "<tool_call|>")
+    assert out == [("text", "<|tool_call>call:f{a:1e999}<tool_call|>")]
+
+
 def test_declarations_and_choices_are_checked():
     for bad, why in (([], "non-empty"), ([{"type": "function", "function": {"name": "a b"}}], "name"),
                      ([{"type": "function", "function": {"name": "f"}}] * 2, "two tools"),
