@@ -12,10 +12,6 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QHBoxLayout, QLabel, QListWid
                                QVBoxLayout)
 
 
-API_NAMES = {"chat": "OpenAI chat", "completions": "OpenAI completions", "messages": "Anthropic messages",
-             "responses": "OpenAI responses"}
-
-
 class _LogRelay(QObject):
     """Request log entries from the server's thread, delivered on the GUI thread."""
 
@@ -120,9 +116,8 @@ class ServerPanel(QDialog):
         self.switch.blockSignals(False)
 
     def _logged(self, e: dict) -> None:
-        acc = f", {e['accepted'] * 100:.0f} % accepted" if e.get("accepted") is not None else ""
-        api = API_NAMES.get(e["kind"], e["kind"])  # which API the request came through
-        self.log.insertItem(0, f"{time.strftime('%H:%M:%S')}  {api}{' (stream)' if e['stream'] else ''}: "
-                               f"{e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s{acc}, {e['seconds']:.1f} s")
+        from engine.serve.admission import log_line
+
+        self.log.insertItem(0, f"{time.strftime('%H:%M:%S')}  {log_line(e)}")
         while self.log.count() > 500:
             self.log.takeItem(self.log.count() - 1)

@@ -68,3 +68,15 @@ def test_malformed_bodies_get_their_apis_error_shape():
     assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "request_too_large"
     assert c.get("/v1/nothing").json()["error"]["code"] == "not_found"
     assert c.get("/v1/messages/nothing").json()["error"]["type"] == "not_found_error"
+
+
+def test_refusals_are_logged_with_the_api_they_came_through():
+    seen = []
+    c = TestClient(create_app(ServerState(lambda: None, "gemma-4", on_log=seen.append)), base_url="http://127.0.0.1")
+    c.post("/v1/messages", json={"messages": []})
+    c.post("/v1/responses", content=b"{", headers={"content-type": "application/json"})
+    from engine.serve.admission import log_line
+
+    lines = [log_line(e) for e in seen]
+    assert lines == ["Anthropic messages: 400: max_tokens: Field required",
+                     "OpenAI responses: 400: Invalid request: body: the body is not valid JSON"]

@@ -79,14 +79,58 @@ class ServerState:
         """One request done: counted for /metrics and logged (the app's server panel shows it)."""
         for s in all_stats:
             self.totals.add(api, s)
-        if self.on_log is None or not all_stats:
-            return
-        s = all_stats[-1]
-        try:
-            self.on_log(dict(kind=api, stream=stream, tokens=sum(x.generated_tokens for x in all_stats),
-                             tps=s.decode_tps, accepted=s.acceptance_rate, seconds=seconds))
-        except Exception:
-            pass
+        if all_stats:
+            s = all_stats[-1]
+            self._log(dict(kind=api, stream=stream, tokens=sum(x.generated_tokens for x in all_stats),
+                           tps=s.decode_tps, accepted=s.acceptance_rate, seconds=seconds))
+
+    def note(self, api: str, what: str) -> None:
+        """A request that did not end with a reply (refused, failed, or its client went away)."""
+        self._log({"kind": api, "error": what})
+
+    def _log(self, entry: dict) -> None:
+        if self.on_log is not None:
+            try:
+                self.on_log(entry)
+            except Exception:
+                pass
+
+
+# the API each request came through, as the log names it
+API_NAMES = {"chat": "OpenAI chat", "completions": "OpenAI completions", "messages": "Anthropic messages",
+             "responses": "OpenAI responses"}
+
+
+def log_line(e: dict) -> str:
+    """One request's line in `tandem serve`'s output and the app's server panel."""
+    api = API_NAMES.get(e["kind"], e["kind"])
+    if "error" in e:
+        return f"{api}: {e['error']}"
+    accepted = f", {e['accepted'] * 100:.0f} % accepted" if e.get("accepted") is not None else ""
+    return (f"{api}{' (stream)' if e['stream'] else ''}: {e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s"
+            f"{accepted}, {e['seconds']:.1f} s")
+
+
+def api_of(path: str) -> str:
+    """Which API a path belongs to, for the log."""
+    path = path.removeprefix("/v1")
+    for prefix, api in (("/messages", "messages"), ("/responses", "responses"), ("/chat", "chat"),
+                        ("/completions", "completions")):
+        if path.startswith(prefix):
+            return api
+    return path.lstrip("/") or "/"
+
+
+async def watched(state: ServerState, api: str, events):
+    """A reply's stream, noting in the log when its client goes away before the end."""
+    ended = False
+    try:
+        async for e in events:
+            yield e
+        ended = True
+    finally:
+        if not ended:
+            state.note(api, "the client went away before the reply ended")
 
 
 async def _wait_turn(state: ServerState, gone: Callable | None) -> None:

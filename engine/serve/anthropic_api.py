@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
-from .admission import ServerState
+from .admission import ServerState, watched
 from .choice import Choice, chat_start
 from .errors import ANTHROPIC_TYPES, ApiError, from_exception
 from .llama_api import count_prompt, off_loop
@@ -239,7 +239,8 @@ def router(state: ServerState) -> APIRouter:
                                    chat_start(msgs, thinking, tools))
         mid = "msg_" + uuid.uuid4().hex[:24]
         if req.stream:
-            return EventSourceResponse(stream(state, choice, mid, time.perf_counter()), ping=15)
+            events = stream(state, choice, mid, time.perf_counter())
+            return EventSourceResponse(watched(state, "messages", events), ping=15)
         t0 = time.perf_counter()
         rep = await choice.run(request)
         state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
@@ -327,6 +328,7 @@ async def stream(state: ServerState, choice: Choice, mid: str, t0: float):
                     yield e
     except Exception as e:
         err = from_exception(e)
+        state.note("messages", f"{err.status}: {err.message}")
         yield _event({"type": "error", "error": {"type": ANTHROPIC_TYPES.get(err.status, "api_error"),
                                                  "message": err.message}})
         return

@@ -24,7 +24,7 @@ import time
 from ..errors import TandemError
 from ..generation import AUTO
 from . import anthropic_api, llama_api, openai_api, responses_api
-from .admission import RETRY_AFTER_S, ServerState
+from .admission import RETRY_AFTER_S, ServerState, api_of, log_line
 from .errors import ApiError, error_response
 from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, uvicorn_config
 
@@ -44,12 +44,14 @@ def create_app(state: ServerState, cors: list[str] | str | None = None, max_body
         what = "the body is not valid JSON" if bad_json else first.get("msg", "invalid")
         if first.get("type") == "extra_forbidden" and where.startswith("tandem."):
             what = "not one of Tandem's options (mtp, draft_max, spec)"
-        return error_response(request.url.path, ApiError(400, f"Invalid request: {where}: {what}",
-                                                         param=where if where != "body" else None))
+        error = ApiError(400, f"Invalid request: {where}: {what}", param=where if where != "body" else None)
+        state.note(api_of(request.url.path), f"400: {error.message}")
+        return error_response(request.url.path, error)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         retry = {"Retry-After": str(RETRY_AFTER_S)} if exc.code == "queue_full" else None
+        state.note(api_of(request.url.path), f"{exc.status}: {exc.message}")
         return error_response(request.url.path, exc, retry)
 
     @app.exception_handler(StarletteHTTPException)
@@ -74,12 +76,8 @@ def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_
 
     check_host(host, api_key)
 
-    def log(e: dict) -> None:
-        accepted = f", {e['accepted'] * 100:.0f} % accepted" if e["accepted"] is not None else ""
-        print(f"{e['kind']}: {e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s{accepted}, {e['seconds']:.1f} s",
-              flush=True)
-
-    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel, on_log=log)
+    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel,
+                        on_log=lambda e: print(log_line(e), flush=True))
     uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port, log_level=log_level)).run()
 
 

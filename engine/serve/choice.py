@@ -14,7 +14,8 @@ from fastapi import Request
 
 from .admission import ServerState, generate
 from .errors import from_exception
-from .reply import ChoiceReply, Delta
+from ..reply import Delta
+from .reply import ChoiceReply
 from .request import ToolUse
 
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
-from .admission import ServerState
+from .admission import ServerState, watched
 from .choice import Choice, chat_start, timings
 from .errors import from_exception
 from .request import ChatRequest, CompletionRequest, Sampling
@@ -127,6 +127,7 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
                     yield c
         except Exception as e:
             err = from_exception(e)
+            state.note(api, f"{err.status}: {err.message}")
             yield {"data": json.dumps({"error": {"message": err.message, "type": err.kind, "code": err.code}})}
             return
         if not done:
@@ -136,4 +137,4 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
         yield {"data": "[DONE]"}
         state.finished(api, done, True, time.perf_counter() - t0)
 
-    return EventSourceResponse(events(), ping=15)
+    return EventSourceResponse(watched(state, api, events()), ping=15)

@@ -4,7 +4,7 @@ logprobs), over the engine's reply assembler (engine/reply.py).
 
 from __future__ import annotations
 
-from ..reply import Delta, ReplyAssembler, StopStrings  # noqa: F401 (the API modules' names)
+from ..reply import Delta, ReplyAssembler
 
 
 class ChoiceReply(ReplyAssembler):

@@ -11,8 +11,11 @@ out (Gemma 4's template drops earlier thinking). `instructions` is the system me
 as a reasoning item; `text.format` is response_format.
 
 No server-side state: every response says `store: false`, and `previous_response_id` is a 400
-(send the whole conversation in `input`, as Codex and the Agents SDK do). Tools other than
-functions (web search, file search, namespaces) are refused by name.
+(send the whole conversation in `input`, as Codex and the Agents SDK do). Functions declared in
+a namespace (Codex groups some) are offered by their names and their calls come back with
+their namespace; hosted tools (web search, file search) are refused by name. Without
+`max_output_tokens` a response goes on until the model ends or the context is full, as
+OpenAI's does (Codex sends none, and takes a response cut short as a failed turn).
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ from pydantic import Field, ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
-from .admission import ServerState
+from .admission import ServerState, watched
 from .choice import Choice, chat_start, timings
 from .errors import ApiError, from_exception
 from .llama_api import count_prompt, off_loop
 from .request import ChatRequest, TandemOptions, _Loose
 
 NO_THINKING = (None, "none", "minimal")
+# no max_output_tokens: as OpenAI, until the model ends or the context is full (Codex sends none,
+# and takes a response cut at a default cap as a failed turn); the context bounds it
+UNTIL_CONTEXT = 2**31 - 1
 
 
 class ResponsesRequest(_Loose):
@@ -112,19 +118,26 @@ def _messages(req: ResponsesRequest) -> list[dict]:
     return out
 
 
-def _tools(tools: list[dict] | None) -> list[dict] | None:
+def _tools(tools: list[dict] | None) -> tuple[list[dict] | None, dict[str, str]]:
+    """Function tools as chat's, and the namespace of each function declared inside one (Codex
+    groups some: their calls come back with their namespace)."""
     if tools is None:
-        return None
-    out = []
+        return None, {}
+    out, spaces = [], {}
     for i, t in enumerate(tools):
         kind = t.get("type") if isinstance(t, dict) else None
+        if kind == "namespace" and isinstance(t.get("tools"), list):
+            inner, _ = _tools(t["tools"])
+            out += inner
+            spaces.update((f["function"]["name"], str(t.get("name"))) for f in inner)
+            continue
         if kind != "function":
-            raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:40]!r} are not supported (function only); "
-                                "leave them out (Codex: web_search = \"disabled\" and no multi-agent tools)",
-                           param=f"tools[{i}].type")
+            raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:40]!r} are not supported (functions, and "
+                                "namespaces of them); this server runs no hosted tools (Codex: web_search = "
+                                "\"disabled\")", param=f"tools[{i}].type")
         out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
                                                      "parameters": t.get("parameters") or {"type": "object"}}})
-    return out
+    return out, spaces
 
 
 def _tool_choice(choice):
@@ -150,22 +163,24 @@ def thinking_of(req: ResponsesRequest) -> bool:
     return (req.reasoning or {}).get("effort", "medium" if req.reasoning else None) not in NO_THINKING
 
 
-def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool]:
-    """The same request in OpenAI's chat shape (what the chat route takes), and thinking."""
+def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, str]]:
+    """The same request in OpenAI's chat shape (what the chat route takes), thinking, and the
+    namespace of each function declared in one."""
     if req.previous_response_id:
         raise ApiError(400, "previous_response_id is not supported: this server keeps no responses (store is "
                             "off); send the whole conversation in input", param="previous_response_id")
     if req.background:
         raise ApiError(400, "background is not supported: responses are answered while you wait", param="background")
     thinking = thinking_of(req)
-    body = {"model": req.model, "messages": _messages(req), "max_tokens": req.max_output_tokens,
-            "tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice),
+    tools, spaces = _tools(req.tools)
+    body = {"model": req.model, "messages": _messages(req), "max_tokens": req.max_output_tokens or UNTIL_CONTEXT,
+            "tools": tools, "tool_choice": _tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
             "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
             "stop": req.stop}
     try:
-        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking
+        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking, spaces
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", []))
@@ -194,8 +209,10 @@ def reasoning_item(out: Output, text: str) -> dict:
     return out.item("reasoning", summary=[], content=[{"type": "reasoning_text", "text": text}])
 
 
-def call_item(out: Output, c) -> dict:
-    return out.item("function_call", status="completed", call_id=c.id, name=c.name, arguments=c.arguments_json)
+def call_item(out: Output, c, spaces: dict[str, str], status: str = "completed") -> dict:
+    extra = {"namespace": spaces[c.name]} if c.name in spaces else {}
+    return out.item("function_call", status=status, call_id=c.id, name=c.name,
+                    arguments=c.arguments_json if status == "completed" else "", **extra)
 
 
 def usage(r) -> dict:
@@ -227,7 +244,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/responses/input_tokens")
     async def input_tokens(req: ResponsesRequest):
         engine = state.engine()
-        chat, thinking = chat_request(req)
+        chat, thinking, _ = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
         n = await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
         return {"object": "response.input_tokens", "input_tokens": n}
@@ -236,7 +253,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/responses")
     async def responses(req: ResponsesRequest, request: Request):
         engine = state.engine()
-        chat, thinking = chat_request(req)
+        chat, thinking, spaces = chat_request(req)
         msgs = await off_loop(rq.messages, chat)  # pictures are decoded here
         tools = rq.tool_use(chat, engine, thinking)
         cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
@@ -245,7 +262,8 @@ def router(state: ServerState) -> APIRouter:
                                    chat_start(msgs, thinking, tools))
         rid, created = "resp_" + uuid.uuid4().hex[:24], int(time.time())
         if req.stream:
-            return EventSourceResponse(stream(state, req, choice, rid, created, t0), ping=15)
+            events = stream(state, req, choice, rid, created, t0, spaces)
+            return EventSourceResponse(watched(state, "responses", events), ping=15)
         rep = await choice.run(request)
         out = Output()
         if "".join(rep.thinking):
@@ -253,14 +271,15 @@ def router(state: ServerState) -> APIRouter:
         if rep.stopper.text or not rep.calls:
             message_item(out, rep.stopper.text, "incomplete" if rep.finish_reason() == "length" else "completed")
         for c in rep.calls:
-            call_item(out, c)
+            call_item(out, c, spaces)
         state.finished("responses", [rep.stats], False, time.perf_counter() - t0)
         return {**response(state, req, rid, created, out, rep), "timings": timings(rep.stats)}
 
     return r
 
 
-async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid: str, created: int, t0: float):
+async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid: str, created: int, t0: float,
+                 spaces: dict[str, str]):
     """The Responses event stream: response.created and .in_progress; each output item added,
     its parts and deltas, done; response.completed (or .incomplete) with usage. An error after
     the start is a response.failed event."""
@@ -336,7 +355,7 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
             for c in d.calls:
                 for e in close():
                     yield e
-                it = out.item("function_call", status="in_progress", call_id=c.id, name=c.name, arguments="")
+                it = call_item(out, c, spaces, "in_progress")
                 i = index(it)
                 yield ev("response.output_item.added", output_index=i, item=dict(it))
                 yield ev("response.function_call_arguments.delta", item_id=it["id"], output_index=i,
@@ -347,6 +366,7 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
                 yield ev("response.output_item.done", output_index=i, item=it)
     except Exception as e:
         err = from_exception(e)
+        state.note("responses", f"{err.status}: {err.message}")
         failed = {**response(state, req, rid, created, out), "status": "failed",
                   "error": {"code": err.code or err.kind, "message": err.message}}
         yield ev("response.failed", response=failed)

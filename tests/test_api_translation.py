@@ -1,0 +1,95 @@
+"""Anthropic's and the Responses API's requests as the chat request every API shares: pure
+functions, no model (a stand-in engine answers what the request's checks ask of it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.serve import anthropic_api, responses_api
+from engine.serve import request as rq
+from engine.serve.errors import ApiError
+
+
+class Engine:
+    """What rq.config asks of an engine: its context, vocabulary and drafter."""
+
+    n_ctx, n_vocab, has_mtp = 8192, 1000, True
+
+
+FN = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
+
+
+def test_responses_items_become_chat_messages_and_calls_keep_their_namespace():
+    req = responses_api.ResponsesRequest(instructions="Be brief.", input=[
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Use tools."}]},
+        {"role": "user", "content": "List files"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "exec", "arguments": '{"cmd": "ls"}'},
+        {"type": "function_call", "call_id": "c2", "name": "spawn", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "ok"}]}],
+        tools=[{"type": "function", "name": "exec", "parameters": FN},
+               {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn"}]}])
+    chat, thinking, spaces = responses_api.chat_request(req)
+    msgs = rq.messages(chat)
+    assert [m["role"] for m in msgs] == ["system", "system", "user", "assistant", "tool", "tool"]
+    assert [c["function"]["name"] for c in msgs[3]["tool_calls"]] == ["exec", "spawn"]  # one answer's calls
+    assert msgs[4] == {"role": "tool", "content": "a.txt", "tool_call_id": "c1", "name": "exec"}
+    assert msgs[5]["content"] == "ok" and not thinking and spaces == {"spawn": "agents"}
+    assert [t["function"]["name"] for t in chat.tools] == ["exec", "spawn"]
+    # no max_output_tokens: until the context is full (Codex sends none)
+    assert rq.config(Engine(), chat, "chat").max_tokens == Engine.n_ctx - 1
+    capped = responses_api.ResponsesRequest(input="x", max_output_tokens=50, reasoning={"effort": "high"})
+    chat, thinking, _ = responses_api.chat_request(capped)
+    assert rq.config(Engine(), chat, "chat").max_tokens == 50 and thinking
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"tools": [{"type": "web_search", "external_web_access": False}]}, "web_search"),
+    ({"input": [{"type": "computer_call_output"}]}, "computer_call_output"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input_file"),
+    ({"tool_choice": {"type": "web_search"}}, "tool_choice"),
+])
+def test_responses_refuse_what_they_cannot_honour_by_name(fields, named):
+    with pytest.raises(ApiError, match=named):
+        responses_api.chat_request(responses_api.ResponsesRequest(**{"input": "x", **fields}))
+
+
+def test_anthropic_blocks_become_chat_messages():
+    req = anthropic_api.MessagesRequest(max_tokens=32000, system=[
+        {"type": "text", "text": "Header"}, {"type": "text", "text": "Rules", "cache_control": {"type": "ephemeral"}}],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "Run ls"}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": ""},
+                                              {"type": "text", "text": "Running."},
+                                              {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"cmd": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+                                          "content": [{"type": "text", "text": "denied"}]},
+                                         {"type": "text", "text": "Try again"}]},
+            {"role": "system", "content": "mid-conversation"}],
+        tools=[{"name": "Bash", "description": "Run", "input_schema": FN}],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True}, thinking={"type": "adaptive"})
+    chat, thinking = anthropic_api.chat_request(req)
+    msgs = rq.messages(chat)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "user", "system"]
+    assert msgs[0]["content"] == "Header\n\nRules" and msgs[1]["content"] == "<reminder>Run ls"
+    assert msgs[2]["content"] == "Running." and msgs[2]["tool_calls"][0]["function"]["arguments"] == {"cmd": "ls"}
+    assert msgs[3]["content"] == "Error: denied" and msgs[3]["name"] == "Bash"  # the model is told it failed
+    assert thinking and chat.tool_choice == "required" and chat.parallel_tool_calls is False
+    assert rq.config(Engine(), chat, "chat").max_tokens == Engine.n_ctx - 1  # 32000 is a bound
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "document"),
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "server tools"),
+    ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
+    ({"tool_choice": {"type": "tool"}}, "tool_choice"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://x"}}]}]},
+     "fetches no URLs"),
+])
+def test_anthropic_refuses_what_it_cannot_honour_by_name(fields, named):
+    req = anthropic_api.MessagesRequest(**{"max_tokens": 32, "messages": [{"role": "user", "content": "x"}], **fields})
+    with pytest.raises(ApiError, match=named):
+        anthropic_api.chat_request(req)
