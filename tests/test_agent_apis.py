@@ -53,6 +53,9 @@ def test_messages_whole_and_streamed_give_the_same_text_with_anthropics_events(s
     stops = [e.index for e in events if e.type == "content_block_stop"]
     assert starts == stops == [0]
     assert streamed.stop_reason == "max_tokens" and streamed.usage.output_tokens == 24
+    assert "timings" not in whole.model_extra  # not Anthropic's; llama-server's only when asked, with drafts
+    asked = c.messages.create(**kw, extra_body={"timings_per_token": True}).model_extra["timings"]
+    assert asked["predicted_n"] == 24 and asked["draft_n"] > 0
     # the prompt as count_tokens sees it is the prompt the reply was made from
     n = c.messages.count_tokens(model="gemma-4", system=kw["system"], messages=ASK).input_tokens
     assert n == whole.usage.input_tokens + whole.usage.cache_read_input_tokens

@@ -27,7 +27,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
 from .admission import ServerState, watched
-from .choice import Choice, chat_start
+from .choice import Choice, chat_start, timings
 from .errors import ANTHROPIC_TYPES, ApiError, from_exception
 from .llama_api import count_prompt, off_loop
 from .request import ChatRequest, TandemOptions, _Loose
@@ -48,6 +48,8 @@ class MessagesRequest(_Loose):
     stream: bool = False
     metadata: dict | None = None
     mcp_servers: list | None = None  # refused when given: Tandem connects no MCP servers for a request
+    # llama-server's `timings` (with Tandem's draft counts) are not Anthropic's: only when asked
+    timings_per_token: bool = False
     tandem: TandemOptions | None = None
 
 
@@ -239,12 +241,12 @@ def router(state: ServerState) -> APIRouter:
                                    chat_start(msgs, thinking, tools))
         mid = "msg_" + uuid.uuid4().hex[:24]
         if req.stream:
-            events = stream(state, choice, mid, time.perf_counter())
+            events = stream(state, choice, mid, time.perf_counter(), req.timings_per_token)
             return EventSourceResponse(watched(state, "messages", events), ping=15)
         t0 = time.perf_counter()
         rep = await choice.run(request)
         state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
-        return message(state, rep, mid)
+        return {**message(state, rep, mid), **({"timings": timings(rep.stats)} if req.timings_per_token else {})}
 
     return r
 
@@ -266,7 +268,7 @@ def _event(data: dict) -> dict:
     return {"event": data["type"], "data": json.dumps(data)}
 
 
-async def stream(state: ServerState, choice: Choice, mid: str, t0: float):
+async def stream(state: ServerState, choice: Choice, mid: str, t0: float, with_timings: bool = False):
     """Anthropic's event stream: message_start, then each content block (thinking, text,
     tool_use) opened, its deltas, closed, with indices in order; message_delta with the stop
     reason and usage; message_stop. An error after the start is an `error` event."""
@@ -342,6 +344,6 @@ async def stream(state: ServerState, choice: Choice, mid: str, t0: float):
         yield e
     why, seq = stop_reason(r)
     yield _event({"type": "message_delta", "delta": {"stop_reason": why, "stop_sequence": seq},
-                  "usage": usage(r.stats)})
+                  "usage": usage(r.stats), **({"timings": timings(r.stats)} if with_timings else {})})
     yield _event({"type": "message_stop"})
     state.finished("messages", [r.stats], True, time.perf_counter() - t0)
