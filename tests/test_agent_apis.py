@@ -1,13 +1,12 @@
 """The APIs coding agents speak, through a real `tandem serve` (the tiny pair with Gemma 4's real
 template) and the real clients: Anthropic's Messages API with the anthropic SDK (what Claude
 Code is built on), OpenAI's Responses API with the openai SDK and the OpenAI Agents SDK in its
-default (Responses) mode, and llama-server's own routes that llama.cpp-aware clients use."""
+default (Responses) mode (in test_tools.py, beside its chat completions mode), and
+llama-server's own routes that llama.cpp-aware clients use."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Literal
 
 import anthropic
 import httpx2 as httpx
@@ -149,34 +148,6 @@ def test_responses_refuse_state_and_foreign_tools_by_name(server):
         c.responses.create(model="g", input="x", previous_response_id="resp_1")
     with pytest.raises(openai.BadRequestError, match="web_search"):
         c.responses.create(model="g", input="x", tools=[{"type": "web_search"}])
-
-
-def test_the_agents_sdk_in_its_default_responses_mode_runs_a_tool_round(server):
-    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_tracing_disabled
-
-    set_tracing_disabled(True)
-    seen = []
-
-    @function_tool
-    def get_weather(city: Literal["Paris", "Oslo"], days: int) -> str:
-        """The weather of a city for some days."""
-        seen.append((city, days))
-        return f"sunny in {city} for {days} days"
-
-    llm = OpenAIResponsesModel(model="g", openai_client=openai.AsyncOpenAI(base_url=server.url, api_key="none",
-                                                                          max_retries=0, timeout=120))
-    # the synthetic model's answer never ends by itself, and a reply cut at max_output_tokens is an
-    # error to the SDK (status incomplete, as OpenAI's): stop strings (llama-server's extension
-    # to the Responses API) end it where its walk through the vocabulary passes
-    stops = ["\n", "0", "!", "a", "e", "5", "x"]
-    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather], model=llm,
-                  model_settings=ModelSettings(tool_choice="required", max_tokens=120, temperature=0.0,
-                                               extra_body={"stop": stops}))
-    result = asyncio.run(Runner.run(agent, "Weather in Paris for 3 days?", max_turns=4,
-                                    run_config=RunConfig(tracing_disabled=True)))
-    assert len(seen) == 1 and seen[0][0] in ("Paris", "Oslo") and isinstance(seen[0][1], int)
-    kinds = [item.type for item in result.new_items]
-    assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
 
 
 # ---- llama-server's routes ------------------------------------------------------------------
