@@ -119,6 +119,20 @@ def test_a_client_that_goes_away_cancels_its_generation(server):
     assert last["finish"] == "cancelled" and last["tokens"] < 8000
 
 
+def test_a_client_that_goes_away_during_a_long_prefill_stops_it_before_any_token(server):
+    """Found with coding agents: an agent that gave up while its 28k-token prompt was read left the
+    server reading it to the end (minutes on a CPU) and generating its first token."""
+    prompt = f"{time.time()} " + "wo rd " * 1300  # ~7.8k tokens, not cached: a prefill of seconds
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + "/chat/completions", timeout=0.5,
+                   json={"messages": [{"role": "user", "content": prompt}], "max_tokens": 5})
+    t = time.time()
+    while time.time() - t < 60 and (server.health()["generating"] or server.health()["last"].get("tokens") is None):
+        time.sleep(0.05)
+    last = server.health()["last"]
+    assert last["finish"] == "cancelled" and last["tokens"] == 0
+
+
 def test_a_full_queue_answers_503_and_errors_have_openai_shape(server):
     c = client(server)
     done = []

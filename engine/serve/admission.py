@@ -188,7 +188,12 @@ async def generate(state: ServerState, start: Callable, gone: Callable | None = 
     stats = None
     try:
         while True:
-            item = await q.get()
+            try:  # a long prompt's prefill yields nothing for a while: watch the client meanwhile
+                item = await asyncio.wait_for(q.get(), 0.25)
+            except asyncio.TimeoutError:
+                if gone is not None and await gone():
+                    raise ClientGone() from None
+                continue
             if item is done:
                 return
             if isinstance(item, Exception):

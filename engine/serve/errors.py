@@ -29,7 +29,7 @@ class ApiError(Exception):
 
 
 class ClientGone(Exception):
-    """The client went away while its request waited for its turn."""
+    """The client went away before the reply began (waiting for its turn, or during the prefill)."""
 
 
 def is_anthropic(path: str) -> bool:
@@ -51,7 +51,7 @@ def from_exception(e: Exception) -> ApiError:
     if isinstance(e, ApiError):
         return e
     if isinstance(e, ClientGone):  # nobody reads this answer (nginx's code for it)
-        return ApiError(499, "the client closed the request while it waited", code="client_closed_request")
+        return ApiError(499, "the client went away before the reply began", code="client_closed_request")
     if isinstance(e, ModelUnloaded):  # the app loaded another model meanwhile: try again
         return ApiError(503, str(e), "server_error", "model_unloaded")
     if isinstance(e, ContextOverflowError):  # llama-server's shape: clients read the numbers to trim
