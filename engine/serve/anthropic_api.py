@@ -27,9 +27,9 @@ from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
 from .admission import ServerState, watched
-from .choice import Choice, chat_start, timings
+from .choice import Choice, off_loop, open_chat, timings
 from .errors import ANTHROPIC_TYPES, ApiError, from_exception
-from .llama_api import count_prompt, off_loop
+from .llama_api import count_prompt
 from .request import ChatRequest, TandemOptions, _Loose
 
 
@@ -226,24 +226,20 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         chat, thinking = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        return {"input_tokens": await off_loop(count_prompt, engine, rq.messages(chat), thinking, tools.tools)}
+        msgs = await off_loop(rq.messages, chat)
+        return {"input_tokens": await off_loop(count_prompt, engine, msgs, thinking, tools.tools)}
 
     @r.post("/v1/messages")
     async def messages(req: MessagesRequest, request: Request):
         if req.max_tokens is None:
             raise ApiError(400, "max_tokens: Field required", param="max_tokens")
-        engine = state.engine()
         chat, thinking = chat_request(req)
-        msgs = await off_loop(rq.messages, chat)  # pictures are decoded here
-        tools = rq.tool_use(chat, engine, thinking)
-        cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
-        choice = await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
-                                   chat_start(msgs, thinking, tools))
+        t0 = time.perf_counter()
+        choice = await open_chat(state, request, chat, thinking)
         mid = "msg_" + uuid.uuid4().hex[:24]
         if req.stream:
-            events = stream(state, choice, mid, time.perf_counter(), req.timings_per_token)
+            events = stream(state, choice, mid, t0, req.timings_per_token)
             return EventSourceResponse(watched(state, "messages", events), ping=15)
-        t0 = time.perf_counter()
         rep = await choice.run(request)
         state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
         return {**message(state, rep, mid), **({"timings": timings(rep.stats)} if req.timings_per_token else {})}

@@ -8,15 +8,28 @@ than the context, a bad grammar) gets its HTTP status, not a 200 with an error i
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Callable
 
 from fastapi import Request
 
 from .admission import ServerState, generate
-from .errors import from_exception
+from . import request as rq
+from .errors import ApiError, from_exception
 from ..reply import Delta
 from .reply import ChoiceReply
-from .request import ToolUse
+from .request import ChatRequest, ToolUse
+
+
+async def off_loop(fn, *args):
+    """A blocking engine call (tokenizing, rendering the template) on a worker thread, its
+    errors in the API's shape."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except ApiError:
+        raise
+    except Exception as e:
+        raise from_exception(e) from None
 
 
 def chat_start(messages: list[dict], thinking: bool, tools: ToolUse) -> Callable:
@@ -72,9 +85,15 @@ class Choice:
         return self.reply
 
 
-def usage_numbers(stats) -> tuple[int, int, int]:
-    """prompt tokens, of them cached (not decoded again), generated tokens."""
-    return stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens
+async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thinking: bool) -> Choice:
+    """A chat request (what the Messages and Responses APIs are translated into) opened as one
+    choice: its messages (pictures decoded off the event loop), tools and settings checked."""
+    engine = state.engine()
+    msgs = await off_loop(rq.messages, chat)
+    tools = rq.tool_use(chat, engine, thinking)
+    cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
+    return await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
+                             chat_start(msgs, thinking, tools))
 
 
 def timings(stats) -> dict:

@@ -8,7 +8,6 @@ run it on a worker thread so the event loop keeps serving the streams.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -18,7 +17,8 @@ from pydantic import Field
 
 from . import request as rq
 from .admission import ServerState
-from .errors import ApiError, from_exception
+from .choice import off_loop
+from .errors import ApiError
 from .request import ChatRequest, _Loose
 
 MAX_TOKENIZE_CHARS = 1_000_000  # the body limit bounds it too; a tokenizer pass over this is ~0.1 s
@@ -34,17 +34,6 @@ class TokenizeRequest(_Loose):
 
 class DetokenizeRequest(_Loose):
     tokens: list[int] = Field(max_length=1_000_000)
-
-
-async def off_loop(fn, *args):
-    """A blocking engine call (tokenizing, rendering the template) on a worker thread, its
-    errors in the API's shape."""
-    try:
-        return await asyncio.to_thread(fn, *args)
-    except ApiError:
-        raise
-    except Exception as e:
-        raise from_exception(e) from None
 
 
 def count_prompt(engine, messages: list[dict], thinking: bool, tools: list | None) -> int:

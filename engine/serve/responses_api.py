@@ -31,9 +31,9 @@ from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
 from .admission import ServerState, watched
-from .choice import Choice, chat_start, timings
+from .choice import Choice, off_loop, open_chat, timings
 from .errors import ApiError, from_exception
-from .llama_api import count_prompt, off_loop
+from .llama_api import count_prompt
 from .request import ChatRequest, TandemOptions, _Loose
 
 NO_THINKING = (None, "none", "minimal")
@@ -252,14 +252,9 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/v1/responses")
     @r.post("/responses")
     async def responses(req: ResponsesRequest, request: Request):
-        engine = state.engine()
         chat, thinking, spaces = chat_request(req)
-        msgs = await off_loop(rq.messages, chat)  # pictures are decoded here
-        tools = rq.tool_use(chat, engine, thinking)
-        cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
         t0 = time.perf_counter()
-        choice = await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
-                                   chat_start(msgs, thinking, tools))
+        choice = await open_chat(state, request, chat, thinking)
         rid, created = "resp_" + uuid.uuid4().hex[:24], int(time.time())
         if req.stream:
             events = stream(state, req, choice, rid, created, t0, spaces)
