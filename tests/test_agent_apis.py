@@ -47,6 +47,8 @@ def test_messages_whole_and_streamed_give_the_same_text_with_anthropics_events(s
         streamed = s.get_final_message()
     assert streamed.content[0].text == whole.content[0].text  # greedy: the same reply
     kinds = [e.type for e in events]
+    start = events[0].message.usage  # the prompt is counted before any text, as llama-server's test asks
+    assert start.input_tokens + start.cache_read_input_tokens == whole.usage.input_tokens + whole.usage.cache_read_input_tokens
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
     starts = [e.index for e in events if e.type == "content_block_start"]
     stops = [e.index for e in events if e.type == "content_block_stop"]
@@ -178,6 +180,25 @@ def test_llama_server_routes_and_extensions(server):
                       timeout=60) as s:
         first = json.loads(next(line for line in s.iter_lines() if line.startswith("data:"))[5:])
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
+
+
+def test_llama_servers_native_completion(server):
+    base = server.url.removesuffix("/v1")
+    oai_text = oai(server).completions.create(model="g", prompt="a b c d", max_tokens=8).choices[0].text
+    whole = httpx.post(base + "/completion", json={"prompt": "a b c d", "n_predict": 8}, timeout=60).json()
+    assert whole["content"] == oai_text and whole["tokens_predicted"] == 8 and whole["stop_type"] == "limit"
+    assert whole["tokens_evaluated"] > 0 and whole["timings"]["predicted_n"] == 8 and whole["stop"] is True
+    ids = httpx.post(base + "/tokenize", json={"content": "a b c d", "add_special": True}).json()["tokens"]
+    by_ids = httpx.post(base + "/completions", json={"prompt": ids, "n_predict": 8}, timeout=60).json()
+    assert by_ids["content"] == oai_text  # the unprefixed path is the native one, as llama-server's
+    chunks = []
+    with httpx.stream("POST", base + "/completion", json={"prompt": "a b c d", "n_predict": 8, "stream": True,
+                                                          "stop": [oai_text[3:6]]}, timeout=60) as s:
+        chunks = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+    assert chunks[-1]["stop"] and chunks[-1]["stop_type"] == "word" and chunks[-1]["stopping_word"] == oai_text[3:6]
+    assert "".join(c["content"] for c in chunks) == oai_text[:3]
+    refused = httpx.post(base + "/completion", json={"prompt": "x", "ignore_eos": True}, timeout=60)
+    assert refused.status_code == 400 and "ignore_eos" in refused.json()["error"]["message"]
 
 
 def test_grammar_and_json_schema_extensions_are_honoured_and_checked(server):

@@ -98,7 +98,7 @@ class ServerState:
 
 # the API each request came through, as the log names it
 API_NAMES = {"chat": "OpenAI chat", "completions": "OpenAI completions", "messages": "Anthropic messages",
-             "responses": "OpenAI responses"}
+             "responses": "OpenAI responses", "completion": "llama.cpp completion"}
 
 
 def log_line(e: dict) -> str:
@@ -113,6 +113,8 @@ def log_line(e: dict) -> str:
 
 def api_of(path: str) -> str:
     """Which API a path belongs to, for the log."""
+    if not path.startswith("/v1") and path.rstrip("/") in ("/completion", "/completions"):
+        return "completion"  # llama-server's native one
     path = path.removeprefix("/v1")
     for prefix, api in (("/messages", "messages"), ("/responses", "responses"), ("/chat", "chat"),
                         ("/completions", "completions")):

@@ -8,6 +8,7 @@ Deltas back into its shapes):
   responses_api  POST /v1/responses, /v1/responses/input_tokens (Codex, the OpenAI Agents SDK)
   llama_api      /health, /v1/models, /tokenize, /detokenize, /apply-template, /props, /metrics,
                  /v1/chat/completions/input_tokens (llama-server's)
+  native_api     POST /completion and /completions (llama-server's native completion)
 Every reply carries llama-server's `timings` where its API has room for them (OpenAI's shapes),
 with Tandem's per-source draft counts; a request may switch drafting with `"tandem": {...}`.
 """
@@ -23,7 +24,7 @@ import time
 
 from ..errors import TandemError
 from ..generation import AUTO
-from . import anthropic_api, llama_api, openai_api, responses_api
+from . import anthropic_api, llama_api, native_api, openai_api, responses_api
 from .admission import RETRY_AFTER_S, ServerState, api_of, log_line
 from .errors import ApiError, error_response
 from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, uvicorn_config
@@ -63,7 +64,7 @@ def create_app(state: ServerState, cors: list[str] | str | None = None, max_body
         return error_response(request.url.path, ApiError(exc.status_code, f"{request.method} {request.url.path}: "
                                                                           f"{detail}", code=what))
 
-    for api in (llama_api, openai_api, anthropic_api, responses_api):
+    for api in (llama_api, native_api, openai_api, anthropic_api, responses_api):
         app.include_router(api.router(state))
     return app
 

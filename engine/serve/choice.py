@@ -43,6 +43,8 @@ class Choice:
 
     def __init__(self, reply: ChoiceReply, gen, first):
         self.reply, self._gen, self._first = reply, gen, first
+        if first is not None:  # the prompt's numbers, for what a stream says before any text
+            reply.stats = first.stats
 
     @classmethod
     async def open(cls, state: ServerState, request: Request, kind: str, cfg, tools: ToolUse, stops: list[str],

@@ -1,5 +1,5 @@
-"""OpenAI's chat completions and completions (`/v1/chat/completions`, `/v1/completions`, and
-llama-server's unprefixed paths), whole or streamed as SSE chunks.
+"""OpenAI's chat completions and completions (`/v1/chat/completions`, `/chat/completions`,
+`/v1/completions`), whole or streamed as SSE chunks.
 
 `n` choices are generated one after another, each a whole generation (with a seed, choice i
 uses seed + i so the choices differ). A stream's first chunk names the role with
@@ -55,8 +55,7 @@ def router(state: ServerState) -> APIRouter:
         cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)
         return await respond(state, req, request, "chat", cfg, tools, chat_start(messages, thinking, tools))
 
-    @r.post("/v1/completions")
-    @r.post("/completions")
+    @r.post("/v1/completions")  # (llama-server's /completions is its native one: native_api)
     async def completions(req: CompletionRequest, request: Request):
         cfg = rq.config(state.engine(), req, "text", state.draft_max)
         return await respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, stop: e.generate(
