@@ -156,7 +156,8 @@ def test_responses_refuse_state_and_foreign_tools_by_name(server):
 def test_llama_server_routes_and_extensions(server):
     base = server.url.removesuffix("/v1")
     post = lambda path, body: httpx.post(base + path, json=body, timeout=60)  # noqa: E731
-    assert httpx.get(base + "/models").json()["data"][0]["id"]
+    listed = httpx.get(base + "/models").json()["data"][0]
+    assert listed["aliases"] == [listed["id"]] and listed["tags"] == []
     toks = post("/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
     assert "".join(t["piece"] for t in toks).strip() == "Hello world"  # as SentencePiece: a space before
     assert post("/detokenize", {"tokens": [t["id"] for t in toks]}).json()["content"].strip() == "Hello world"
@@ -171,6 +172,7 @@ def test_llama_server_routes_and_extensions(server):
     props = httpx.get(base + "/props").json()
     assert props["default_generation_settings"]["n_ctx"] == 8192 and "<|turn>" in props["chat_template"]
     assert props["modalities"]["vision"] is False and props["tandem"]["mtp"] is True
+    assert props["model_path"] == "tiny-custom-target.gguf"  # the file, not the folders it sits in
     metrics = httpx.get(base + "/metrics").text
     assert 'tandem:requests_total{api="chat"}' in metrics and "llamacpp:tokens_predicted_total" in metrics
     drafted = [float(line.split()[-1]) for line in metrics.splitlines() if line.startswith('tandem:draft_tokens_total{source="mtp"}')]

@@ -93,3 +93,11 @@ def test_anthropic_refuses_what_it_cannot_honour_by_name(fields, named):
     req = anthropic_api.MessagesRequest(**{"max_tokens": 32, "messages": [{"role": "user", "content": "x"}], **fields})
     with pytest.raises(ApiError, match=named):
         anthropic_api.chat_request(req)
+
+
+@pytest.mark.parametrize("field, value", [("continue_final_message", True), ("add_generation_prompt", False)])
+def test_llama_servers_ways_to_continue_a_message_are_refused_by_name(field, value):
+    req = rq.ChatRequest(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": "Wh"}],
+                         **{field: value})
+    with pytest.raises(ApiError, match=field):
+        rq.messages(req)

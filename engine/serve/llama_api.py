@@ -55,7 +55,7 @@ def router(state: ServerState) -> APIRouter:
         e = state.engine_getter()
         return {"object": "list", "data": [{"id": state.name, "object": "model", "created": 0,
                                             "owned_by": "tandem", "max_model_len": e.n_ctx if e else None,
-                                            "mtp": bool(e and e.has_mtp),
+                                            "mtp": bool(e and e.has_mtp), "aliases": [state.name], "tags": [],
                                             # Anthropic's model list: Claude Code and its SDK read these
                                             "type": "model", "display_name": state.name,
                                             "created_at": "1970-01-01T00:00:00Z"}]}
@@ -120,7 +120,8 @@ def router(state: ServerState) -> APIRouter:
         template = e.template
         return {"default_generation_settings": {"n_ctx": e.n_ctx, "params": {"temperature": 0.0, "top_k": 0,
                                                                               "top_p": 1.0, "min_p": 0.0}},
-                "total_slots": state.parallel, "model_alias": state.name, "model_path": state.name,
+                "total_slots": state.parallel, "model_alias": state.name,
+                "model_path": _file_name(e),  # the file's name: the folders it sits in are the user's
                 "modalities": {"vision": bool(e.projector and e.projector.vision),
                                "audio": bool(e.projector and e.projector.audio), "video": False},
                 "chat_template": template.source if template else "",
@@ -136,6 +137,11 @@ def router(state: ServerState) -> APIRouter:
                                  media_type="text/plain; version=0.0.4")
 
     return r
+
+
+def _file_name(engine) -> str:
+    info = getattr(getattr(engine, "rt", None), "target_info", None)
+    return getattr(getattr(info, "path", None), "name", "") or ""
 
 
 def _build_info() -> str:

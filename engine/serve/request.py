@@ -82,6 +82,9 @@ class Sampling(_Loose):
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     chat_template_kwargs: dict[str, Any] | None = None
+    # llama-server's (and vLLM's) ways to continue the last assistant message: refused by name
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
     tools: list | None = None
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name": ...}}
     parallel_tool_calls: bool = True
@@ -282,6 +285,9 @@ def messages(req: ChatRequest) -> list[dict]:
     """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
     arguments as objects (the template writes them in the model's syntax), and each tool
     answer tied to the call it answers (by id; it carries the call's function name)."""
+    if req.continue_final_message or not req.add_generation_prompt:
+        raise unsupported("continue_final_message" if req.continue_final_message else "add_generation_prompt",
+                          "a reply is always a new assistant turn")
     out, calls = [], {}  # call id -> function name, from earlier assistant messages
     for i, m in enumerate(req.messages):
         role = "system" if m.role == "developer" else m.role  # OpenAI's newer name for it
