@@ -268,13 +268,41 @@ def test_load_benchmark_script(place, tiny, llama_server_bin):
     assert all(line.split()[-1] in ("1/1", "2/2") for line in rows), r.stdout  # as alone
 
 
+def python_block(section: str) -> str:
+    """The first ```python block after the README's heading `section`."""
+    text = README.read_text("utf-8")
+    return text[text.index(section):].split("```python\n", 1)[1].split("```", 1)[0]
+
+
 def test_python_api_example(place, tiny):
     """The README's Python block, with the synthetic pair for its file names."""
-    block = README.read_text("utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+    block = python_block("## Python API")
     code = block.replace('"target.gguf"', repr(str(tiny["target"]))).replace('"drafter.gguf"', repr(str(tiny[1.0])))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "tok/s" in r.stdout
+
+
+# an agent's run with the README's set-up: the synthetic model's reply never ends by itself, and
+# the SDK takes a reply cut at max_output_tokens as an error (as OpenAI's), so stop strings end it
+AGENT_RUN = """
+import asyncio
+from agents import Agent, ModelSettings, Runner
+stops = ["\\n", "0", "!", "a", "e", "5", "x"]
+agent = Agent(name="helper", instructions="Be brief.", model="gemma-4",
+              model_settings=ModelSettings(max_tokens=120, extra_body={"stop": stops}))
+print("ANSWER", repr(asyncio.run(Runner.run(agent, "Say hi")).final_output))
+"""
+
+
+def test_agents_sdk_set_up(tools_server):
+    """The Coding agents section's Agents SDK block, as written (the server's address put in),
+    then an agent on its default model (the Responses API) answers."""
+    block = python_block("**OpenAI Agents SDK**")
+    assert "http://127.0.0.1:8080/v1" in block
+    code = block.replace("http://127.0.0.1:8080/v1", tools_server.url) + AGENT_RUN
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and "ANSWER '" in r.stdout, r.stderr[-2000:]
 
 
 def test_window_starts(place):
