@@ -218,15 +218,21 @@ def test_save_over_original_only_after_confirmation(qtbot, tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == ["calc.py"]  # no temporary file left
 
 
-def test_a_changed_original_is_said_in_the_confirmation(qtbot, tmp_path, monkeypatch):
-    path = tmp_path / "calc.py"
-    path.write_text(CALC + "# edited since\n")
-    d = DiffDialog(CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))
+def confirmation(qtbot, monkeypatch, code: str, attached: AttachedFile) -> str:
+    """What Save over original asks before writing (answered No)."""
+    d = DiffDialog(code, attached)
     qtbot.addWidget(d)
     asked = []
     monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *a: asked.append(text) or QMessageBox.No)
     d.save_over()
-    assert "changed on disk since it was attached" in asked[0]
+    return asked[0]
+
+
+def test_a_changed_original_is_said_in_the_confirmation(qtbot, tmp_path, monkeypatch):
+    path = tmp_path / "calc.py"
+    path.write_text(CALC + "# edited since\n")
+    asked = confirmation(qtbot, monkeypatch, CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))
+    assert "changed on disk since it was attached" in asked
     assert path.read_text() == CALC + "# edited since\n"
 
 
@@ -280,14 +286,8 @@ def test_a_much_shorter_version_is_said_in_the_confirmation(qtbot, tmp_path, mon
     path = tmp_path / "calc.py"
     path.write_text(CALC)
     short = "def add(a, b):\n    return a + b + 0\n"  # a closed block that drops most of the file
-    d = DiffDialog(short, AttachedFile("calc.py", CALC, str(path)))
-    qtbot.addWidget(d)
-    asked = []
-    monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *a: asked.append(text) or QMessageBox.No)
-    d.save_over()
-    assert "much shorter: it removes 9 of the original's 10 lines and has 2 in all" in asked[0]
+    asked = confirmation(qtbot, monkeypatch, short, AttachedFile("calc.py", CALC, str(path)))
+    assert "much shorter: it removes 9 of the original's 10 lines and has 2 in all" in asked
     assert path.read_text() == CALC
-    d2 = DiffDialog(CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))  # an edit of the same length: no word
-    qtbot.addWidget(d2)
-    d2.save_over()
-    assert "much shorter" not in asked[1]
+    same_length = confirmation(qtbot, monkeypatch, CALC_FIXED, AttachedFile("calc.py", CALC, str(path)))
+    assert "much shorter" not in same_length  # an edit of the same length: no word
