@@ -190,6 +190,7 @@ def test_llama_servers_native_completion(server):
     whole = httpx.post(base + "/completion", json={"prompt": "a b c d", "n_predict": 8}, timeout=60).json()
     assert whole["content"] == oai_text and whole["tokens_predicted"] == 8 and whole["stop_type"] == "limit"
     assert whole["tokens_evaluated"] > 0 and whole["timings"]["predicted_n"] == 8 and whole["stop"] is True
+    assert whole["generation_settings"]["n_predict"] == 8 and whole["has_new_line"] == ("\n" in whole["content"])
     ids = httpx.post(base + "/tokenize", json={"content": "a b c d", "add_special": True}).json()["tokens"]
     by_ids = httpx.post(base + "/completions", json={"prompt": ids, "n_predict": 8}, timeout=60).json()
     assert by_ids["content"] == oai_text  # the unprefixed path is the native one, as llama-server's

@@ -73,11 +73,15 @@ def completion_request(req: NativeRequest) -> CompletionRequest:
         raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
 
 
-def _final(state: ServerState, r, prompt_text: str) -> dict:
+def _final(state: ServerState, r, prompt_text: str, cfg) -> dict:
     s = r.stats
     why = "word" if r.stopper.hit else "limit" if s.finish_reason in ("length", "context") else "eos"
+    sp = cfg.sampling
+    settings = {"n_predict": cfg.max_tokens, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+                "min_p": sp.min_p, "seed": cfg.seed, "stop": r.stopper.stops}
     return {"content": r.text, "id_slot": 0, "stop": True, "model": state.name, "tokens_predicted": s.generated_tokens,
-            "tokens_evaluated": s.prompt_tokens, "prompt": prompt_text, "truncated": False, "stop_type": why,
+            "tokens_evaluated": s.prompt_tokens, "generation_settings": settings, "prompt": prompt_text,
+            "has_new_line": "\n" in r.text, "truncated": False, "stop_type": why,
             "stopping_word": r.stopper.matched or "", "tokens_cached": s.reused_tokens, "timings": timings(s)}
 
 
@@ -104,7 +108,7 @@ def router(state: ServerState) -> APIRouter:
         if not req.stream:
             rep = await choice.run(request)
             state.finished("completion", [rep.stats], False, time.perf_counter() - t0)
-            return _final(state, rep, prompt_text)
+            return _final(state, rep, prompt_text, cfg)
 
         async def events():
             try:
@@ -117,7 +121,7 @@ def router(state: ServerState) -> APIRouter:
                 yield {"data": json.dumps({"error": {"code": err.status, "message": err.message, "type": err.kind}})}
                 return
             tail = choice.reply.rest()
-            yield {"data": json.dumps({**_final(state, choice.reply, prompt_text), "content": tail})}
+            yield {"data": json.dumps({**_final(state, choice.reply, prompt_text, cfg), "content": tail})}
             state.finished("completion", [choice.reply.stats], True, time.perf_counter() - t0)
 
         return EventSourceResponse(watched(state, "completion", events()), ping=15)
