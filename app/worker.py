@@ -22,10 +22,9 @@ from engine.generation import DEFAULT_PARALLEL, GenerationConfig
 from engine.runtime import LoadOptions
 from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
-from engine.template_sandbox import RenderCancelled
 from engine.reply import ReplyAssembler
+from engine.template_sandbox import RenderCancelled
 from engine.tools import calls_grammar
-
 
 from .chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 

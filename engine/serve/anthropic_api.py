@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field, ValidationError
+from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
@@ -194,12 +194,7 @@ def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
         value = getattr(req, name)
         if value is not None:
             body[name] = value
-    try:
-        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", []))
-        raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
+    return rq.translated(ChatRequest, body), thinking
 
 
 def stop_reason(r) -> tuple[str, str | None]:

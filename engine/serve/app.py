@@ -15,12 +15,12 @@ with Tandem's per-source draft counts; a request may switch drafting with `"tand
 
 from __future__ import annotations
 
+import threading
+import time
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-import threading
-import time
 
 from ..errors import TandemError
 from ..generation import AUTO

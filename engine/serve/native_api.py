@@ -12,7 +12,7 @@ import json
 import time
 
 from fastapi import APIRouter, Request
-from pydantic import Field, ValidationError
+from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
@@ -65,12 +65,7 @@ def completion_request(req: NativeRequest) -> CompletionRequest:
     for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:
             body[name] = getattr(req, name)
-    try:
-        return CompletionRequest.model_validate({k: v for k, v in body.items() if v is not None})
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", []))
-        raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
+    return rq.translated(CompletionRequest, body)
 
 
 def _final(state: ServerState, r, prompt_text: str, cfg) -> dict:

@@ -26,7 +26,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field, ValidationError
+from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
@@ -179,12 +179,7 @@ def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, st
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
             "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
             "stop": req.stop}
-    try:
-        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None}), thinking, spaces
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", []))
-        raise ApiError(400, f"Invalid request: {where}: {first.get('msg')}", param=where) from None
+    return rq.translated(ChatRequest, body), thinking, spaces
 
 
 class Output:
