@@ -69,7 +69,6 @@ class ServerPanel(QDialog):
 
     def start(self) -> bool:
         from engine.errors import TandemError
-        from engine.generation import DEFAULT_PARALLEL
         from engine.serve import BackgroundServer, ServerState
 
         if self.server is not None:
@@ -80,8 +79,7 @@ class ServerPanel(QDialog):
             return False
         name = self.model_name_getter()
         # the engine and its name are looked up per request: loading another model serves that one
-        state = ServerState(self.engine_getter, self.model_name_getter, on_log=self.relay.entry.emit,
-                            parallel=DEFAULT_PARALLEL)
+        state = ServerState(self.engine_getter, self.model_name_getter, on_log=self.relay.entry.emit)
         try:
             server = BackgroundServer(state, "127.0.0.1", self.port.value())
             server.start()

@@ -167,18 +167,9 @@ class EngineWorker(QObject):
         if e is None:
             self.failed.emit(rid, "no_model", "")
             return
-        # the local engine may be serving an editor (tandem serve in the app): wait for its turn,
-        # still answering Stop while waiting
-        acquired = False
-        while not acquired and not stopped():
-            acquired = e.turn.acquire(timeout=0.1)
-        if not acquired:
-            self.failed.emit(rid, "cancelled", "")
-            return
-        try:
-            self._generate(req, e, stopped)
-        finally:
-            e.turn.release()
+        # the local engine may be serving an editor too (tandem serve in the app): its scheduler
+        # decodes this reply beside their requests, or queues it (Stop still works while queued)
+        self._generate(req, e, stopped)
 
     def _generate(self, req: ReplyRequest, e, stopped) -> None:
         rid, s = req.rid, req.settings

@@ -514,8 +514,7 @@ def cmd_serve(args) -> int:
         name = args.name or Path(args.model).stem
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
               f"at http://{args.host}:{args.port}/v1", flush=True)
-        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max,
-            parallel=args.parallel)
+        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max)
     finally:
         engine.close()
     return 0

@@ -13,7 +13,6 @@ Tokenizing and chat formatting are prompt.py's; decoding strategies are strategi
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable, Iterator
@@ -42,11 +41,8 @@ class Engine(Backend):
     engine_name = "llama.cpp"
 
     def __init__(self, runtime: Runtime):
-        super().__init__()  # the turn
+        super().__init__()
         self.rt = runtime
-        # as many generations at once as the context has sequences (the app's chat and
-        # `tandem serve`'s requests share them)
-        self.turn = threading.BoundedSemaphore(runtime.n_seq)
         self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
         # step costs measured on this machine (the scheduler records them), for auto's choices
         self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, CostModel(), self.is_eog)
@@ -179,17 +175,19 @@ class Engine(Backend):
 
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
              enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,
-             answer_prefix: str = "", tools: list[dict] | None = None) -> Iterator[GenerationEvent]:
+             answer_prefix: str = "", tools: list[dict] | None = None, sink=None) -> Iterator[GenerationEvent]:
         self._check_open()
         return self.generate(self.format_chat(messages, enable_thinking, should_stop, answer_prefix, tools),
-                             config, should_stop)
+                             config, should_stop, sink)
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prompt: list[int], config: GenerationConfig = GenerationConfig(),
-                 should_stop: Callable[[], bool] | None = None) -> Iterator[GenerationEvent]:
+                 should_stop: Callable[[], bool] | None = None, sink=None) -> Iterator[GenerationEvent]:
         """Check the request now (errors raise here, not on first iteration), then stream. The
-        generation ends after the step in which `should_stop()` (or `cancel()`) says so: a
-        request's own stop never reaches the generation of whoever has the turn next."""
+        generation ends after the step in which `should_stop()` (or `cancel()`) says so, or the
+        stream is closed. Generations wait for a free sequence in the scheduler's queue, in order.
+        `sink(event)`: the events go there instead (called on the scheduler's thread), and
+        the stream returned only stops the generation when closed."""
         self._check_open()
         config.sampling.validate()
         if config.max_tokens < 1:
@@ -224,7 +222,7 @@ class Engine(Backend):
         grammar = self._grammar(config)  # a bad grammar or schema raises here, before streaming
         text = TextAssembler(self._piece, self._control_text)
         text.prime(prompt)
-        job = Job(list(prompt), config, strategy, should_stop or (lambda: False), grammar, text)
+        job = Job(list(prompt), config, strategy, should_stop or (lambda: False), grammar, text, sink)
         return self.scheduler.submit(job).stream()
 
     def _new_state(self, seq: Sequence) -> None:

@@ -9,7 +9,6 @@ Two implementations yield the same `GenerationEvent`s and `GenerationStats`:
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -91,8 +90,8 @@ DEFAULT_PARALLEL = 4
 
 
 class Backend(ABC):
-    """Whoever generates (the app's chat, `tandem serve`) holds a `turn` for the whole
-    generation: one at a time here; the local engine has one per sequence of its context.
+    """Generations may run at once (the app's chat beside `tandem serve`'s requests): the local
+    engine decodes them together, up to one per sequence of its context, and queues the rest.
     A generation stops when its own `should_stop()` says so; `cancel()` stops whatever runs
     (closing, unloading)."""
 
@@ -101,9 +100,6 @@ class Backend(ABC):
     has_mtp: bool = False  # drafting happens (remote: the server reported drafts, or its setup says so)
     mtp_reason: str = ""  # why not, in words
     can_switch_mtp: bool = True  # per request; servers choose speculation per server
-
-    def __init__(self):
-        self.turn = threading.Lock()
 
     @property
     @abstractmethod

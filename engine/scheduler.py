@@ -48,6 +48,9 @@ class Job:
     should_stop: Callable[[], bool]
     grammar: object = None
     text: TextAssembler | None = None
+    # where its events go, called on the scheduler's thread (the server's: onto its event loop);
+    # None: the sequence's own queue, read by `Sequence.stream()`
+    sink: Callable[[object], None] | None = None
 
 
 @dataclass
@@ -81,6 +84,16 @@ class Sequence:
 
     def stream(self) -> Iterator[GenerationEvent]:
         return _Stream(self)
+
+    def put(self, item) -> None:
+        """An event (or the error that ended it) to its consumer."""
+        if self.job.sink is None:
+            self.events.put(item)
+            return
+        try:
+            self.job.sink(item)
+        except Exception:  # a consumer that is gone (its event loop closed) stops the sequence
+            self.cancelled = True
 
 
 class _Stream:
@@ -123,6 +136,7 @@ class Scheduler:
         self.is_eog = is_eog
         self.projector = None  # the engine's Projector, when pictures or sounds are loaded
         self.reusable = reusable  # (slot seq id, prefix length) -> how much of it can be reused
+        self.n_slots = n_slots
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -147,6 +161,11 @@ class Scheduler:
                 self.thread.start()
             self.lock.notify_all()
         return seq
+
+    def counts(self) -> tuple[int, int]:
+        """(generating, waiting for a slot)."""
+        with self.lock:
+            return len(self.running), len(self.waiting)
 
     def idle(self, timeout: float | None = None) -> bool:
         """Wait until no sequence runs or waits."""
@@ -539,7 +558,7 @@ class Scheduler:
             answer += a
             thinking += th
         stats.finish_reason = finish
-        seq.events.put(GenerationEvent(pieces, answer, thinking, stats, finish))
+        seq.put(GenerationEvent(pieces, answer, thinking, stats, finish))
         if finish is not None:
             self._release(seq, finish)
         elif st.n_past + 1 > st.n_ctx:
@@ -550,7 +569,7 @@ class Scheduler:
         empty event."""
         stats = seq.st.stats if seq.st is not None else GenerationStats(prompt_tokens=len(seq.job.prompt))
         stats.finish_reason = finish
-        seq.events.put(GenerationEvent([], "", "", stats, finish))
+        seq.put(GenerationEvent([], "", "", stats, finish))
         self._release(seq, finish)
 
     def _release(self, seq: Sequence, finish: str, cache_known: bool = True) -> None:
@@ -581,7 +600,7 @@ class Scheduler:
     def _fail(self, seq: Sequence, error: BaseException) -> None:
         """A sequence's own error (its grammar, a picture), or a failed batch: it ends with the
         error, its slot emptied."""
-        seq.events.put(error)
+        seq.put(error)
         self._release(seq, "error", cache_known=False)
 
 

@@ -202,6 +202,21 @@ def test_tandem_serve_decodes_requests_together(tiny):
         for (text, usage), (_, solo_usage) in zip(got, solo):
             assert usage.prompt_tokens == solo_usage.prompt_tokens and 1 <= usage.completion_tokens <= 48
 
+        # n choices of one request decode together, a sequence each, and each is the request's
+        # own answer (greedy: all alike)
+        together, res = [], {}
+        t = threading.Thread(target=lambda: res.setdefault("r", c.chat.completions.create(
+            model="tiny-target", messages=msgs[0], max_tokens=200, n=3, temperature=0)))
+        t.start()
+        while t.is_alive():
+            together.append(s.health()["generating"])
+            time.sleep(0.02)
+        t.join()
+        r = res["r"]
+        assert max(together) == 3 and [ch.index for ch in r.choices] == [0, 1, 2]
+        assert len({ch.message.content for ch in r.choices}) == 1
+        assert r.usage.completion_tokens == 3 * 200 or r.choices[0].finish_reason == "stop"
+
         # a client that leaves mid-reply: the others finish whole, as they would alone
         alone = {i: ask(msgs[i], 300) for i in (0, 2)}
         out = {}
@@ -250,7 +265,8 @@ def test_tandem_serve_decodes_requests_together(tiny):
 
         def hold(i):
             with httpx.stream("POST", f"{s.url}/chat/completions", timeout=120,
-                              json={"model": "tiny-target", "messages": msgs[i], "max_tokens": 4000,
+                              # each reserves its prompt and max_tokens: four of them fit the context
+                              json={"model": "tiny-target", "messages": msgs[i], "max_tokens": 1800,
                                     "stream": True}) as r:
                 for _ in r.iter_lines():
                     if release.is_set():

@@ -251,67 +251,41 @@ def test_bench_on_one_tandem_server(server, tmp_path):
     assert res["mtp"][0]["draft_max"] == 3
 
 
-def test_a_finished_request_never_stops_the_next_holder_of_the_engine(tiny):
-    """The engine's turn passes from an editor's request to the window's reply the moment the
-    request's last token is made; the request's own clean-up runs a moment later, on the
-    server's event loop. That clean-up once cancelled the engine, cutting whatever generation
-    held the turn by then (the window's reply died after one token). The order the app met by
-    chance is forced here: the next generation starts at the hand-over, and a cancel of the
-    whole engine, if any comes, waits until it runs."""
+def test_a_request_ending_never_stops_the_window_s_reply_beside_it(tiny):
+    """The window's reply and an editor's requests decode together in one engine (the app's
+    server switch). A request's end, whole or with its client gone mid-stream, stops its own
+    sequence only: the window's reply beside it runs to its last token. (A request's clean-up
+    once cancelled the whole engine, and the window's reply died after one token.)"""
     from engine.engine import Engine
+    from engine.runtime import LoadOptions
     from engine.serve import BackgroundServer, ServerState
 
-    engine = Engine.load(tiny["target"], tiny[1.0])
-    after: dict = {}
-    started, handed = threading.Event(), threading.Event()
+    engine = Engine.load(tiny["target"], tiny[1.0], LoadOptions(n_ctx=4096, n_seq=2))
+    window: dict = {}
+    streaming = threading.Event()
 
-    def next_holder():
-        with engine.turn:
-            ev = None
-            for ev in engine.chat([{"role": "user", "content": "Count to a thousand"}],
-                                  GenerationConfig(max_tokens=400)):
-                started.set()
-            after["finish"], after["tokens"] = ev.finish_reason, ev.stats.generated_tokens
-        started.set()
+    def window_reply():
+        ev = None
+        for ev in engine.chat([{"role": "user", "content": "Count to a thousand"}], GenerationConfig(max_tokens=400)):
+            streaming.set()
+        window["finish"], window["tokens"] = ev.finish_reason, ev.stats.generated_tokens
 
-    class HandOver:
-        """The engine's turn; at its first release the next generation takes it."""
-
-        def __init__(self):
-            self.lock = threading.Lock()
-
-        def acquire(self, *a, **k):
-            return self.lock.acquire(*a, **k)
-
-        __enter__ = acquire
-
-        def __exit__(self, *exc):
-            self.lock.release()
-            if not handed.is_set():
-                handed.set()
-                after["thread"] = threading.Thread(target=next_holder)
-                after["thread"].start()
-
-    real_cancel = engine.cancel
-
-    def cancel_once_the_next_runs():
-        started.wait(30)
-        real_cancel()
-
-    engine.turn, engine.cancel = HandOver(), cancel_once_the_next_runs
     port = free_port()
     srv = BackgroundServer(ServerState(lambda: engine, "tiny-target", None, 4, "auto"), port=port)
     srv.start()
+    t = threading.Thread(target=window_reply)
     try:
+        t.start()
+        assert streaming.wait(60)
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
         r = c.chat.completions.create(model="tiny-target", max_tokens=16, messages=MSGS)
         assert r.choices[0].finish_reason in ("length", "stop")
-        assert handed.wait(60) and started.wait(60)
-        after["thread"].join(60)
-        assert after["finish"] == "length" and after["tokens"] == 400
+        with c.chat.completions.create(model="tiny-target", max_tokens=300, messages=MSGS, stream=True) as s:
+            next(iter(s))  # the client leaves mid-stream
+        t.join(120)
+        assert window == {"finish": "length", "tokens": 400}
     finally:
         srv.stop()
-        engine.cancel = real_cancel
         engine.close()
 
 
@@ -482,6 +456,21 @@ def test_a_queued_client_that_leaves_gives_up_its_place(server):
     time.sleep(1)
     last = server.health()["last"]  # the latest generation is the long one: the queued one never ran
     assert not server.health()["generating"] and last["tokens"] == 1500, last
+
+
+def test_n_choices_wait_for_the_one_sequence_in_turn(server):
+    """With --parallel 1 --queue 1, a request of n choices takes one place: its choices queue in
+    the scheduler for the one sequence, and differ by their seeds."""
+    r = client(server).chat.completions.create(model="x", messages=MSGS, max_tokens=12, n=3, temperature=1.0,
+                                                seed=5)
+    assert [c.index for c in r.choices] == [0, 1, 2] and r.usage.completion_tokens <= 36
+    assert len({c.message.content for c in r.choices}) > 1
+    ends = {}
+    for chunk in client(server).chat.completions.create(model="x", messages=MSGS, max_tokens=12, n=2, stream=True):
+        for ch in chunk.choices:
+            if ch.finish_reason:
+                ends[ch.index] = ch.finish_reason
+    assert sorted(ends) == [0, 1]
 
 
 def test_stop_strings_are_few_and_short(server):

@@ -148,7 +148,7 @@ class RemoteBackend(Backend):
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
                  timeout: float = READ_TIMEOUT_S):
-        super().__init__()  # the turn
+        super().__init__()
         self._connect(base_url, api_key, timeout)
         self._cancel = threading.Event()
         try:

@@ -1,14 +1,13 @@
 """Who decodes when: the server's state (engine, limits, what it has served) and one request's
-generation in turn with the others. Up to `parallel` generations run at once (the engine's
-scheduler decodes them together, one batch per step); up to `queue_size` more wait; beyond
-that a 503 with Retry-After. A client that leaves while waiting gives up its place at once;
-one that leaves while generating stops its generation at the next step.
+generation, in the engine scheduler's queue with the others. The scheduler decodes one
+generation per sequence of the context at once (one batch per step); up to `queue_size` more
+wait in its queue; beyond that a 503 with Retry-After. A client that leaves while waiting gives
+up its place at once; one that leaves while generating stops its generation at the next step.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -54,15 +53,10 @@ class ServerState:
     api_key: str | None = None
     queue_size: int = 4
     draft_max: int | str = AUTO  # for requests that do not choose
-    waiting: int = 0
     last: dict = field(default_factory=dict)  # the latest generation: tokens and how it ended
     on_log: Callable[[dict], None] | None = None  # one entry per finished request
-    parallel: int = 1  # generations at once (the engine must have as many sequences)
-    running: int = 0
+    active: int = 0  # generations of this server's requests, from admission to their end
     totals: Totals = field(default_factory=Totals)
-
-    def __post_init__(self):
-        self.turn = asyncio.Semaphore(self.parallel)
 
     @property
     def name(self) -> str:
@@ -74,6 +68,11 @@ class ServerState:
         if engine is None:
             raise ApiError(503, "No model is loaded", "server_error", "no_model")
         return engine
+
+    def counts(self) -> tuple[int, int]:
+        """(generating, waiting): the engine's, the app's own chats included."""
+        engine = self.engine_getter()
+        return engine.scheduler.counts() if engine is not None else (0, 0)
 
     def finished(self, api: str, all_stats: list, stream: bool, seconds: float) -> None:
         """One request done: counted for /metrics and logged (the app's server panel shows it)."""
@@ -135,87 +134,57 @@ async def watched(state: ServerState, api: str, events):
             state.note(api, "the client went away before the reply ended")
 
 
-async def _wait_turn(state: ServerState, gone: Callable | None) -> None:
-    """Wait for the engine's turn, watching the client: one that leaves while queued gives
-    up its place at once (its prompt is never decoded). Raises ClientGone then."""
-    acquire = asyncio.ensure_future(state.turn.acquire())
-    try:
-        while True:
-            done, _ = await asyncio.wait({acquire}, timeout=0.25)
-            if done:
-                return acquire.result()
-            if gone is not None and await gone():
-                raise ClientGone()
-    except BaseException:
-        acquire.cancel()
-        if acquire.done() and not acquire.cancelled():
-            state.turn.release()  # acquired as we gave up: pass it on
-        raise
-
-
-async def generate(state: ServerState, start: Callable, gone: Callable | None = None):
-    """The engine's events for one request, on a worker thread, in turn with the others.
-    `start(engine, should_stop)` returns the engine's event iterator; `gone`: async, true once
-    the client has disconnected."""
-    if state.running + state.waiting >= state.parallel + state.queue_size:
+def admit(state: ServerState) -> None:
+    """A request's place in the queue, or a 503 when it is full (a request of n choices takes one
+    place: its choices wait in the scheduler's queue for their sequences)."""
+    if state.active >= state.engine().scheduler.n_slots + state.queue_size:
         waiting = f"{state.queue_size} request{'' if state.queue_size == 1 else 's'} waiting"
         raise ApiError(503, f"The server is busy ({waiting}); try again shortly",
                        "server_error", "queue_full")
-    state.waiting += 1
-    try:
-        await _wait_turn(state, gone)
-    finally:
-        state.waiting -= 1
+
+
+async def generate(state: ServerState, start: Callable, gone: Callable | None = None, admitted: bool = False):
+    """The engine's events for one generation. `start(engine, sink)` (run on a worker thread: it
+    renders and tokenizes the prompt) submits it to the engine's scheduler, whose queue is the
+    only one: the scheduler puts each event onto this event loop through `sink`, and decodes up
+    to one generation per sequence of the context together (the app's own chats among them).
+    `gone`: async, true once the client has disconnected; checked while no event comes (a
+    long prefill, a wait for a slot), so a client that leaves frees its place at once.
+    `admitted`: the request's place was taken already (`admit`), for its other choices."""
+    engine = state.engine()
+    if not admitted:
+        admit(state)
     loop = asyncio.get_running_loop()
     q: asyncio.Queue = asyncio.Queue()
-    done = object()
-    engine = state.engine_getter()
-    if engine is None:
-        state.turn.release()
-        raise ApiError(503, "No model is loaded", "server_error", "no_model")
-    state.running += 1  # from the turn's acquiring on: a request counts once, waiting or running
 
-    stop = threading.Event()  # this request's own: it never stops the next holder of the engine's turn
+    def arrived(item) -> None:  # on the event loop
+        if getattr(item, "finish_reason", None) is not None and item.stats.prefill_tokens:
+            s = item.stats
+            state.last = {"tokens": s.generated_tokens, "finish": s.finish_reason, "draft_tokens": s.draft_tokens,
+                          "accepted_tokens": s.accepted_tokens}
+        q.put_nowait(item)
 
-    def work():
-        with engine.turn:  # shared with the app's own chats
-            try:
-                for ev in start(engine, stop.is_set):
-                    loop.call_soon_threadsafe(q.put_nowait, ev)
-                loop.call_soon_threadsafe(q.put_nowait, done)
-            except Exception as e:  # reported to the client in its API's error shape
-                loop.call_soon_threadsafe(q.put_nowait, e)
-
-    fut = loop.run_in_executor(None, work)
-    stats = None
+    state.active += 1
+    try:
+        stream = await asyncio.to_thread(start, engine, lambda item: loop.call_soon_threadsafe(arrived, item))
+    except BaseException:
+        state.active -= 1
+        raise
     try:
         while True:
-            try:  # a long prompt's prefill yields nothing for a while: watch the client meanwhile
+            try:
                 item = await asyncio.wait_for(q.get(), 0.25)
             except asyncio.TimeoutError:
                 if gone is not None and await gone():
                     raise ClientGone() from None
                 continue
-            if item is done:
-                return
-            if isinstance(item, Exception):
+            if isinstance(item, BaseException):
                 raise item
-            stats = item.stats
             yield item
+            if item.finish_reason is not None:
+                return
     finally:
-        stop.set()  # a client that went away, or the end: either way this generation stops
-
-        # Nothing is awaited here: a disconnect cancels this task, and under anyio every await in a
-        # cancelled scope is cancelled again. The turn passes on when the worker thread has ended.
-        def ended(_fut):
-            last = stats
-            while not q.empty():  # the events it made before it saw the cancel
-                item = q.get_nowait()
-                last = item.stats if hasattr(item, "stats") else last
-            if last is not None:
-                state.last = {"tokens": last.generated_tokens, "finish": last.finish_reason or "cancelled",
-                              "draft_tokens": last.draft_tokens, "accepted_tokens": last.accepted_tokens}
-            state.running -= 1
-            state.turn.release()
-
-        fut.add_done_callback(ended)
+        # a client that went away, or the end: the scheduler drops the sequence after its current
+        # step (or from its queue); nothing is awaited here, as a disconnect cancels this task
+        stream.close()
+        state.active -= 1

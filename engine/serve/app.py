@@ -70,14 +70,13 @@ def create_app(state: ServerState, cors: list[str] | str | None = None, max_body
 
 
 def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-        cors: list[str] | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning",
-        parallel: int = 1) -> None:
+        cors: list[str] | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning") -> None:
     """Serve until interrupted (the CLI's `tandem serve`)."""
     import uvicorn
 
     check_host(host, api_key)
 
-    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max, parallel=parallel,
+    state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max,
                         on_log=lambda e: print(log_line(e), flush=True))
     uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port, log_level=log_level)).run()
 

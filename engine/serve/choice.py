@@ -33,8 +33,8 @@ async def off_loop(fn, *args):
 
 
 def chat_start(messages: list[dict], thinking: bool, tools: ToolUse) -> Callable:
-    """How a chat generation starts on the engine's thread (the engine, its config, the stop check)."""
-    return lambda e, cfg, stop: e.chat(messages, cfg, thinking, should_stop=stop, tools=tools.tools)
+    """How a chat generation starts (on a worker thread: the engine, its config, where its events go)."""
+    return lambda e, cfg, sink: e.chat(messages, cfg, thinking, tools=tools.tools, sink=sink)
 
 
 class Choice:
@@ -48,10 +48,10 @@ class Choice:
 
     @classmethod
     async def open(cls, state: ServerState, request: Request, kind: str, cfg, tools: ToolUse, stops: list[str],
-                   start: Callable) -> "Choice":
+                   start: Callable, admitted: bool = False) -> "Choice":
         engine = state.engine()
         reply = ChoiceReply(kind, stops, engine.token_bytes, tools.names, tools.parallel, cfg.logprobs is not None)
-        gen = generate(state, lambda e, stop: start(e, cfg, stop), request.is_disconnected)
+        gen = generate(state, lambda e, sink: start(e, cfg, sink), request.is_disconnected, admitted)
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:
@@ -76,6 +76,9 @@ class Choice:
         finally:
             await self._gen.aclose()
 
+    async def close(self) -> None:
+        await self._gen.aclose()
+
     async def run(self, request: Request) -> ChoiceReply:
         """The whole choice (no streaming): stops early if the client goes away."""
         try:
@@ -85,6 +88,50 @@ class Choice:
         except Exception as e:
             raise from_exception(e) from None
         return self.reply
+
+
+async def open_together(opens: list) -> list[Choice]:
+    """Several choices of one request opened at once (`opens`: their Choice.open coroutines), so
+    that the scheduler decodes them together; if one fails, the others are closed."""
+    results = await asyncio.gather(*opens, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        for r in results:
+            if isinstance(r, Choice):
+                await r.close()
+        raise failed[0]
+    return results
+
+
+async def merged(streams: list):
+    """The items of several async iterators as they come (a request's choices, streamed at once);
+    the first error ends them all."""
+    q: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(it):
+        try:
+            async for x in it:
+                await q.put(x)
+        except Exception as e:
+            await q.put(e)
+        finally:
+            q.put_nowait(end)
+
+    tasks = [asyncio.ensure_future(pump(it)) for it in streams]
+    try:
+        left = len(tasks)
+        while left:
+            x = await q.get()
+            if x is end:
+                left -= 1
+            elif isinstance(x, Exception):
+                raise x
+            else:
+                yield x
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thinking: bool) -> Choice:

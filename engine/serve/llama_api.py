@@ -46,8 +46,9 @@ def router(state: ServerState) -> APIRouter:
 
     @r.get("/health")
     async def health():
+        generating, waiting = state.counts()
         return {"status": "ok" if state.engine_getter() is not None else "no model loaded",
-                "generating": state.running, "waiting": state.waiting, "last": state.last}
+                "generating": generating, "waiting": waiting, "last": state.last}
 
     @r.get("/v1/models")
     @r.get("/models")
@@ -120,7 +121,7 @@ def router(state: ServerState) -> APIRouter:
         template = e.template
         return {"default_generation_settings": {"n_ctx": e.n_ctx, "params": {"temperature": 0.0, "top_k": 0,
                                                                               "top_p": 1.0, "min_p": 0.0}},
-                "total_slots": state.parallel, "model_alias": state.name,
+                "total_slots": e.scheduler.n_slots, "model_alias": state.name,
                 "model_path": _file_name(e),  # the file's name: the folders it sits in are the user's
                 "modalities": {"vision": bool(e.projector and e.projector.vision),
                                "audio": bool(e.projector and e.projector.audio), "video": False},
@@ -177,8 +178,9 @@ def prometheus(state: ServerState) -> str:
          [("", t.prompt_tokens / t.prompt_seconds if t.prompt_seconds else 0.0)])
     item("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
          [("", t.predicted_tokens / t.predicted_seconds if t.predicted_seconds else 0.0)])
-    item("llamacpp:requests_processing", "gauge", "Number of requests processing", [("", state.running)])
-    item("llamacpp:requests_deferred", "gauge", "Number of requests deferred", [("", state.waiting)])
+    generating, waiting = state.counts()
+    item("llamacpp:requests_processing", "gauge", "Number of requests processing", [("", generating)])
+    item("llamacpp:requests_deferred", "gauge", "Number of requests deferred", [("", waiting)])
     item("tandem:requests_total", "counter", "Requests answered, by API",
          [(f'{{api="{api}"}}', n) for api, n in sorted(t.requests.items())] or [('{api="chat"}', 0)])
     item("tandem:draft_tokens_total", "counter", "Draft tokens proposed, by source (mtp: the drafter; lookup: "

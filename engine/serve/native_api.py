@@ -99,7 +99,7 @@ def router(state: ServerState) -> APIRouter:
             tokens, prompt_text = list(req.prompt), await off_loop(engine.detokenize, req.prompt)
         t0 = time.perf_counter()
         choice = await Choice.open(state, request, "text", cfg, rq.ToolUse(), rq.stop_strings(creq),
-                                   lambda e, cfg, stop: e.generate(tokens, cfg, stop))
+                                   lambda e, cfg, sink: e.generate(tokens, cfg, sink=sink))
         if not req.stream:
             rep = await choice.run(request)
             state.finished("completion", [rep.stats], False, time.perf_counter() - t0)

@@ -1,13 +1,15 @@
 """OpenAI's chat completions and completions (`/v1/chat/completions`, `/chat/completions`,
 `/v1/completions`), whole or streamed as SSE chunks.
 
-`n` choices are generated one after another, each a whole generation (with a seed, choice i
-uses seed + i so the choices differ). A stream's first chunk names the role with
+`n` choices of a request are decoded together, one sequence each (with a seed, choice i uses
+seed + i so the choices differ); streamed, their chunks interleave as they come, each naming its
+index. A stream's first chunk names the role with
 `content: null`, as OpenAI's and llama-server's do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -17,8 +19,8 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
-from .admission import ServerState, watched
-from .choice import Choice, chat_start, timings
+from .admission import ServerState, admit, watched
+from .choice import Choice, chat_start, merged, open_together, timings
 from .errors import from_exception
 from .request import ChatRequest, CompletionRequest, Sampling
 
@@ -58,14 +60,14 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/v1/completions")  # (llama-server's /completions is its native one: native_api)
     async def completions(req: CompletionRequest, request: Request):
         cfg = rq.config(state.engine(), req, "text", state.draft_max)
-        return await respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, stop: e.generate(
-            e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, stop))
+        return await respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, sink: e.generate(
+            e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, sink=sink))
 
     return r
 
 
 async def respond(state: ServerState, req: Sampling, request: Request, kind: str, cfg, tools: rq.ToolUse, start):
-    """The reply to one request: `req.n` choices, one generation after another, whole or streamed."""
+    """The reply to one request: `req.n` choices decoded together, whole or streamed."""
     stops = rq.stop_strings(req)
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
@@ -78,12 +80,14 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
 
     def open_choice(i: int):  # with a seed, each choice has its own (seed + i), so choices differ
         c = cfg if cfg.seed is None or i == 0 else replace(cfg, seed=cfg.seed + i)
-        return Choice.open(state, request, kind, c, tools, stops, start)
+        return Choice.open(state, request, kind, c, tools, stops, start, admitted=True)
+
+    admit(state)  # one place in the queue for the request; its choices are decoded together
+    opened = await open_together([open_choice(i) for i in range(req.n)])  # errors before any text: their status
 
     if not req.stream:
         choices = []
-        for i in range(req.n):
-            r = await (await open_choice(i)).run(request)
+        for i, r in enumerate(await asyncio.gather(*(c.run(request) for c in opened))):
             m = r.message()
             if echo:
                 m["text"] = echo + m["text"]
@@ -92,8 +96,6 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
         state.finished(api, done, False, time.perf_counter() - t0)
         return {"id": rid, "object": obj, "created": created, "model": state.name, "system_fingerprint": fingerprint(),
                 "choices": choices, "usage": usage(done), "timings": timings(done[-1])}
-
-    first = await open_choice(0)  # errors before any text get their HTTP status
 
     def chunk(choices: list, **extra) -> dict:
         return {"data": json.dumps({"id": rid, "object": chunk_obj, "created": created, "model": state.name,
@@ -121,9 +123,8 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
 
     async def events():
         try:
-            for i in range(req.n):
-                async for c in choice(i, first if i == 0 else await open_choice(i)):
-                    yield c
+            async for c in merged([choice(i, c) for i, c in enumerate(opened)]):
+                yield c
         except Exception as e:
             err = from_exception(e)
             state.note(api, f"{err.status}: {err.message}")

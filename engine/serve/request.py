@@ -16,7 +16,7 @@ from ..sampling import SamplingParams
 from ..tools import ToolError, calls_grammar, check_tools
 from .errors import ApiError
 
-MAX_CHOICES = 16  # n: choices are generated one after another, each a whole generation
+MAX_CHOICES = 16  # n: choices of one request, decoded together (one sequence each)
 # Stop strings are checked against the text at every token: a few short ones (OpenAI allows 4;
 # editors send up to about 10), not a list that would hold up the server at each token
 MAX_STOPS, MAX_STOP_CHARS = 16, 256
@@ -61,7 +61,7 @@ class Sampling(_Loose):
     logit_bias: dict[str, float] | None = None  # token id (as text) -> -100..100
     seed: int | None = None
     stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, generated one after another
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, decoded together
     logprobs: bool | int | None = None  # chat: true/false; completions: how many alternatives
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     stream: bool = False
