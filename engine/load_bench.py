@@ -87,13 +87,30 @@ def compare_alone(results: list[LoadResult], alone: list[str]) -> None:
 
 def measure_levels(base_url: str, levels, max_tokens: int = 64, api_key: str | None = None,
                    model: str | None = None, extra_body: dict | None = None) -> list[LoadResult]:
-    """A warm-up, each prompt alone (the replies to compare with), then every level."""
-    run_load(base_url, 1, 8, api_key, model, extra_body)  # graphs built, costs measured
-    alone = [run_load(base_url, 1, max_tokens, api_key, model, extra_body, prompts=(p,)).texts[0]
-             for p in LOAD_PROMPTS[:max(levels)]]
-    results = [run_load(base_url, n, max_tokens, api_key, model, extra_body) for n in levels]
-    compare_alone(results, alone)
-    return results
+    """One server: a warm-up, each prompt alone (the replies to compare with), then every level."""
+    return measure_in_turn({"": (base_url, extra_body)}, levels, max_tokens, api_key=api_key, model=model)[""]
+
+
+def measure_in_turn(runs: dict, levels, max_tokens: int = 64, rounds: int = 1, api_key: str | None = None,
+                    model: str | None = None) -> dict[str, list[LoadResult]]:
+    """Several servers (name -> (base URL, extra body)) measured in turn: each warmed up and its
+    prompts answered alone first, then every level on each server, round after round; per server
+    and level, the round with the median tok/s."""
+    alone = {}
+    for name, (url, extra) in runs.items():
+        run_load(url, 1, 8, api_key, model, extra)  # graphs built, costs measured
+        alone[name] = [run_load(url, 1, max_tokens, api_key, model, extra, prompts=(p,)).texts[0]
+                       for p in LOAD_PROMPTS[:max(levels)]]
+    got = {name: {n: [] for n in levels} for name in runs}
+    for _ in range(rounds):
+        for n in levels:
+            for name, (url, extra) in runs.items():
+                got[name][n].append(run_load(url, n, max_tokens, api_key, model, extra))
+    rows = {}
+    for name in runs:
+        rows[name] = [sorted(got[name][n], key=lambda r: r.tps)[len(got[name][n]) // 2] for n in levels]
+        compare_alone(rows[name], alone[name])
+    return rows
 
 
 def load_table(rows: dict[str, list[LoadResult]]) -> str:

@@ -428,9 +428,15 @@ class Scheduler:
             if rows > room:
                 break
             tokens = others_tok + sum(s.job.strategy.controller.expected_tokens(k, a) for s, a in zip(ctl, acc))
-            rate = tokens / (self.costs.batch_cost(rows) + k * len(ctl) * (self.costs.draft or 0.0))
+            rate = tokens / (self.costs.guess(rows) + k * len(ctl) * (self.costs.draft or 0.0))
             if rate > best_rate:
                 best, best_rate = k, rate
+            if not self.costs.measured(rows):
+                # try one new size at a time, the next longer draft (a batch of 8 sequences
+                # drafting 8 each is 72 rows, which a CPU takes seconds over)
+                if k == 0:
+                    return 0  # not even the plain batch is measured: a plain step measures it
+                break
         return best or None
 
     def _draft(self) -> None:

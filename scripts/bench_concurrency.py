@@ -1,10 +1,11 @@
 """Several clients at once, side by side in one run: `tandem serve --parallel N` (drafting auto,
 and off per request) against llama-server `-np N` with the same files (draft-mtp, and no
 drafter). Aggregate tokens per second over all clients and the slowest client's time, at each
-concurrency level.
+concurrency level. All servers run at once (idle while another is measured) and are measured in
+turn, round after round, so a drift of the machine's speed reaches them all alike.
 
     .venv/bin/python scripts/bench_concurrency.py -m TARGET.gguf -d DRAFTER.gguf [--levels 1 2 4 8]
-        [--max-tokens 64] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
+        [--max-tokens 64] [--rounds 3] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import httpx2 as httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.load_bench import load_table, measure_levels  # noqa: E402
+from engine.load_bench import load_table, measure_in_turn  # noqa: E402
 
 
 def free_port() -> int:
@@ -70,6 +71,9 @@ def main() -> int:
     ap.add_argument("-d", "--drafter", required=True)
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="every server measured this many times, in turn (a shared machine's speed drifts: "
+                         "the table gives each one's median)")
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gpu-layers", type=int, default=0)
@@ -80,39 +84,39 @@ def main() -> int:
     args = ap.parse_args()
     n = max(args.levels)
     threads = args.threads or (os.cpu_count() or 2)
-    rows = {}
-    if args.only != "llama":
-        port = free_port()
-        tandem = Path(sys.executable).parent / "tandem"
-        cmd = [str(tandem), "serve", "-m", args.model, "-d", args.drafter, "--port", str(port), "--parallel", str(n),
-               "--queue", str(n), "--ctx", str(args.ctx), "--gpu-layers", str(args.gpu_layers),
-               "--drafter-gpu-layers", str(args.drafter_gpu_layers)] + (["--threads", str(args.threads)]
-                                                                        if args.threads else [])
-        proc = serve(args, cmd, port)
-        try:
-            url = f"http://127.0.0.1:{port}/v1"
-            rows["Tandem serve, MTP auto"] = measure_levels(url, args.levels, args.max_tokens)
-            rows["Tandem serve, no drafter"] = measure_levels(url, args.levels, args.max_tokens,
-                                                                 extra_body={"tandem": {"mtp": False}})
-        finally:
-            stop(proc)
-    if args.only != "tandem":
-        binary = args.llama_server or subprocess.run(
-            ["bash", str(ROOT / "packaging" / "build-llama-server.sh")], capture_output=True, text=True,
-            check=True).stdout.strip().splitlines()[-1]
-        for name, extra in ((f"llama-server -np {n}, draft-mtp k={args.draft_n}",
-                             ["--model-draft", args.drafter, "--spec-type", "draft-mtp",
-                              "--spec-draft-n-max", str(args.draft_n), "-ngld", str(args.drafter_gpu_layers)]),
-                            (f"llama-server -np {n}, no drafter", [])):
+    runs = {}  # name -> (url, extra_body): every server is started first and measured in turn
+    procs = []
+    try:
+        if args.only != "llama":
             port = free_port()
-            cmd = [binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-c", str(args.ctx),
-                   "-t", str(threads), "-np", str(n), "--no-webui", "-ngl", str(args.gpu_layers)] + extra
-            proc = serve(args, cmd, port)
-            try:
-                rows[name] = measure_levels(f"http://127.0.0.1:{port}/v1", args.levels, args.max_tokens)
-            finally:
-                stop(proc)
-    print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy")
+            tandem = Path(sys.executable).parent / "tandem"
+            cmd = [str(tandem), "serve", "-m", args.model, "-d", args.drafter, "--port", str(port), "--parallel",
+                   str(n), "--queue", str(n), "--ctx", str(args.ctx), "--gpu-layers", str(args.gpu_layers),
+                   "--drafter-gpu-layers", str(args.drafter_gpu_layers)] + (["--threads", str(args.threads)]
+                                                                            if args.threads else [])
+            procs.append(serve(args, cmd, port))
+            url = f"http://127.0.0.1:{port}/v1"
+            runs["Tandem serve, MTP auto"] = (url, None)
+            runs["Tandem serve, no drafter"] = (url, {"tandem": {"mtp": False}})
+        if args.only != "tandem":
+            binary = args.llama_server or subprocess.run(
+                ["bash", str(ROOT / "packaging" / "build-llama-server.sh")], capture_output=True, text=True,
+                check=True).stdout.strip().splitlines()[-1]
+            for name, extra in ((f"llama-server -np {n}, draft-mtp k={args.draft_n}",
+                                 ["--model-draft", args.drafter, "--spec-type", "draft-mtp",
+                                  "--spec-draft-n-max", str(args.draft_n), "-ngld", str(args.drafter_gpu_layers)]),
+                                (f"llama-server -np {n}, no drafter", [])):
+                port = free_port()
+                cmd = [binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-c", str(args.ctx),
+                       "-t", str(threads), "-np", str(n), "--no-webui", "-ngl", str(args.gpu_layers)] + extra
+                procs.append(serve(args, cmd, port))
+                runs[name] = (f"http://127.0.0.1:{port}/v1", None)
+        rows = measure_in_turn(runs, args.levels, args.max_tokens, args.rounds)
+    finally:
+        for proc in procs:
+            stop(proc)
+    print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy, "
+          f"median of {args.rounds} round{'s' if args.rounds > 1 else ''}")
     print(load_table(rows))
     return 0
 

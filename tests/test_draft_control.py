@@ -252,3 +252,16 @@ def test_sequences_drafting_together_share_one_length_from_the_whole_batchs_cost
     tiles[32] = 400  # 8 sequences x (k=3 + 1): 12.5 ms a row instead of 30
     assert _joint_k(_costs(tiles, 4), 8) == 3
     assert _joint_k(gpu, 1) is None  # one sequence: its own controller
+
+
+def test_batches_never_measured_are_tried_one_size_at_a_time():
+    """8 sequences on a CPU where one client measured batches of 1-4 rows: their plain batch
+    (8 rows) is measured first, by a plain step; then each longer draft's batch in turn, its
+    cost guessed on from the sizes below — never 8 drafts each at once (72 rows: seconds on a
+    CPU), which the cost of 4 rows would call nearly free."""
+    small = {n: 150 + 5 * n for n in range(1, 5)}  # as measured here on the E2B-shaped pair
+    assert _joint_k(_costs(small, 4), 8) == 0
+    assert _joint_k(_costs({**small, 8: 200}, 4), 8) == 1  # 16 rows: the next size, tried
+    # 16 rows measured: 24 guessed from 8 and 16 rows' cost per row (at 3/4), tried; 32 not yet
+    assert _joint_k(_costs({**small, 8: 200, 16: 250}, 4), 8) == 2
+    assert _costs({**small, 8: 200, 16: 250}, 4).guess(24) == pytest.approx((250 + 0.75 * 50 / 8 * 8) * MS)

@@ -124,6 +124,19 @@ class CostModel:
             return self._medians[max(below)]
         return self._medians[min(self._medians)] if self._medians else None
 
+    def guess(self, rows: int) -> float | None:
+        """A larger batch than any measured, guessed on from the two largest measured below it:
+        their cost per extra row, at 3/4 (still optimistic, so a size that may pay is tried).
+        For several sequences' batches, where sizes grow by a row per sequence at a time and a
+        CPU pays nearly per row (a GPU nearly nothing: the line then stays flat)."""
+        c = self._medians.get(rows)
+        below = sorted(n for n in self._medians if n < rows)
+        if c is not None or len(below) < 2:
+            return self.batch_cost(rows)
+        lo, hi = below[-2], below[-1]
+        slope = max(0.0, (self._medians[hi] - self._medians[lo]) / (hi - lo))
+        return self._medians[hi] + 0.75 * slope * (rows - hi)
+
     def ready(self, need_draft: bool = True) -> bool:
         return (self.draft is not None or not need_draft) and bool(self._medians)
 
