@@ -178,7 +178,7 @@ class EngineWorker(QObject):
             sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                                 repeat_penalty=s.repeat_penalty)
             gc = GenerationConfig(max_tokens=s.max_tokens, use_mtp=s.use_mtp, draft_max=s.draft_max, sampling=sp,
-                                  seed=s.seed, grammar=self._tool_grammar(s))
+                                  seed=s.seed, grammar=self._tool_grammar(s, e))
             if s.drop_oldest:
                 messages = e.drop_oldest_turns(messages, s.thinking, stopped)
             if s.fresh:
@@ -251,11 +251,13 @@ class EngineWorker(QObject):
         self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)
 
     @staticmethod
-    def _tool_grammar(s) -> str | None:
-        """The user asked for a tool: the reply is one call of it, its arguments as its schema says."""
+    def _tool_grammar(s, e) -> str | None:
+        """The user asked for a tool: the reply is one call of it, its arguments as its schema says
+        (Gemma's markers matched as the engine's vocabulary has them)."""
         if not (s.force_tool and s.tools):
             return None
-        return calls_grammar(list(s.tools), s.force_tool, parallel=False, thinking=s.thinking)
+        return calls_grammar(list(s.tools), s.force_tool, parallel=False, thinking=s.thinking,
+                             marker=e.grammar_marker)
 
     @Slot(int, list)
     def count_texts(self, tag: int, texts: list) -> None:

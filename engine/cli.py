@@ -300,7 +300,7 @@ def _constraint(args) -> dict:
     """--json-schema / --grammar as GenerationConfig fields, checked (a schema made a grammar)."""
     from pathlib import Path
 
-    from .grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, schema_to_gbnf
+    from .grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, from_gbnf, from_json_schema
 
     if args.json_schema and args.grammar:
         raise ValueError("--json-schema and --grammar: give one of them")
@@ -311,7 +311,7 @@ def _constraint(args) -> dict:
     if Path(path).stat().st_size > limit:
         raise GrammarError(f"{path} is larger than {limit // 1024} KB")
     text = Path(path).read_text("utf-8")
-    return {"grammar": schema_to_gbnf(text) if args.json_schema else text}
+    return {"grammar": from_json_schema(text) if args.json_schema else from_gbnf(text)}
 
 
 def _print_result(args, text: str, thinking: str, stats, **extra) -> None:

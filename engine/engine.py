@@ -23,6 +23,7 @@ from .errors import ContextOverflowError, ModelUnloaded, MTPUnavailableError
 from .generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
                          GenerationResult, check_draft_length, check_spec)
 from .runtime import LoadOptions, Runtime
+from .grammar import Tokenizer
 from .prompt import Prompts
 from .scheduler import Job, Scheduler, Sequence
 from .stats import GenerationStats
@@ -48,6 +49,7 @@ class Engine(Backend):
         self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, CostModel(), self.is_eog)
         self.closed = False
         self.prompts = Prompts(runtime.vocab, runtime.target_model, runtime.n_ctx)
+        self.grammar_tokenizer = Tokenizer(runtime.vocab)  # built on the first constrained request
 
     # ---- loading ---------------------------------------------------------------------
     @classmethod
@@ -153,6 +155,16 @@ class Engine(Backend):
         """A token's bytes as the model wrote them, a control token's marker included."""
         return self.prompts.token_bytes(tok)
 
+    def grammar_marker(self, text: str) -> str:
+        """A control marker (Gemma 4's <|tool_call>, <|"|>, ...) in a grammar: its token where the
+        vocabulary has it as one, else its text (a converted fine-tune, a test model)."""
+        from .tools import text_marker
+
+        ids = self.prompts.tokenize(text, False, True)
+        if len(ids) == 1 and self.prompts.token_bytes(ids[0]) == text.encode():
+            return f"<[{ids[0]}]>"
+        return text_marker(text)
+
     def is_eog(self, tok: int) -> bool:
         return self.prompts.is_eog(tok)
 
@@ -255,12 +267,12 @@ class Engine(Backend):
     def _grammar(self, config: GenerationConfig):
         if config.grammar is None and config.json_schema is None:
             return None
-        from .grammar import Grammar, GrammarError, schema_to_gbnf
+        from .grammar import Grammar, GrammarError, from_json_schema
 
         if config.grammar is not None and config.json_schema is not None:
             raise GrammarError("give a grammar or a JSON schema, not both")
-        gbnf = config.grammar if config.grammar is not None else schema_to_gbnf(config.json_schema)
-        return Grammar(self.rt.vocab, gbnf, self.rt.target.n_vocab)
+        grammar = config.grammar if config.grammar is not None else from_json_schema(config.json_schema)
+        return Grammar(self.grammar_tokenizer, grammar, self.rt.target.n_vocab)
 
     def _reusable(self, seq: int, keep: int) -> int:
         """How much of a sequence's cached prefix of `keep` tokens can really be reused.

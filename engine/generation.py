@@ -53,7 +53,7 @@ class GenerationConfig:
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
     strict_mtp: bool = False  # raise instead of falling back to baseline
-    grammar: str | None = None  # GBNF the output must follow (llama.cpp's grammar syntax), or
+    grammar: str | None = None  # a grammar the output must follow (engine.grammar.from_*: llguidance's form), or
     json_schema: dict | str | None = None  # a JSON schema it must match (made a grammar)
     logprobs: int | None = None  # 0..MAX_LOGPROBS: each token's log-probability and this many alternatives
 

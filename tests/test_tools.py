@@ -278,14 +278,14 @@ def test_declarations_and_choices_are_checked():
             check_tools(bad)
     tools = check_tools(TOOLS)
     g = calls_grammar(tools, "get_weather", parallel=False)
-    assert "search_code" not in g and 'call:' in g and "root ::= call" in g
-    assert "thought?" in calls_grammar(tools, thinking=True) and "call+" in calls_grammar(tools)
+    assert "list_files" not in g and '"get_weather"' in g and "start: call\n" in g
+    assert "start: thought? call+" in calls_grammar(tools, thinking=True) and "start: call+" in calls_grammar(tools)
     with pytest.raises(ToolError, match="not among"):
         calls_grammar(tools, "nope")
     recursive = [{"type": "function", "function": {"name": "tree", "parameters": {
         "type": "object", "properties": {"node": {"$ref": "#/$defs/N"}},
         "$defs": {"N": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}}}}}}}]
-    assert "ref-t0-N ::=" in calls_grammar(check_tools(recursive))
+    assert "ref-t0-n: " in calls_grammar(check_tools(recursive))
     with pytest.raises(ToolError, match="only local references"):
         calls_grammar(check_tools([{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}}}]))
@@ -348,7 +348,7 @@ def test_a_reply_cut_by_the_budget_says_length_even_after_a_call():
         r.feed(ev(call))
         r.feed(ev([("", "<|tool_call>"), ("call:get_wea", "")] if finish == "length" else [], finish))
         assert r.finish_reason() == want and [c.arguments for c in r.calls] == [{"city": "Oslo"}]
-        assert (r.message()["message"]["content"] or "") == ("<|tool_call>call:get_wea" if finish == "length" else "")
+        assert (r.choice(0).message.content or "") == ("<|tool_call>call:get_wea" if finish == "length" else "")
 
 
 @pytest.mark.parametrize("extra, param", [
@@ -383,3 +383,63 @@ def test_curl_without_a_content_type_and_malformed_json(server):
     bad = httpx.post(f"{server.url}/chat/completions", timeout=30, content=b'{"messages":[',
                      headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] is None
+
+
+# ---- what a forced call enforces --------------------------------------------------------------
+TRIP = {"type": "function", "function": {"name": "book_trip", "parameters": {
+    "type": "object", "required": ["nights", "city"], "additionalProperties": False,
+    "properties": {"nights": {"type": "integer", "minimum": 1, "maximum": 9},
+                   "city": {"type": "string", "enum": ["Paris", "Rome"]}}}}}
+
+
+def test_a_forced_call_keeps_its_parameters_bounds_with_mtp_and_without(server):
+    """`minimum`/`maximum` in a tool's parameters are enforced (the test model once answered a
+    forced book_trip with "nights": 67898989: the bounds were dropped without a word)."""
+    c = client(server)
+    for prompt in ("Book me a trip", "Hello world, this is a test", "nights nights nights 12345"):
+        calls = []
+        for mtp in (True, False):
+            r = c.chat.completions.create(model=model(server), messages=[{"role": "user", "content": prompt}],
+                                          tools=[TRIP], tool_choice="required", max_tokens=60,
+                                          extra_body={"tandem": {"mtp": mtp}})
+            call = r.choices[0].message.tool_calls[0]
+            args = _args(call, TRIP["function"]["parameters"])
+            assert 1 <= args["nights"] <= 9
+            calls.append(call.function.arguments)
+        assert calls[0] == calls[1]
+
+
+def test_a_forced_call_refuses_what_it_cannot_enforce_naming_the_keyword_and_where(server):
+    tool = {"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                  "uniqueItems": True}}}}}
+    c = client(server)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=model(server), messages=ASK, tools=[tool], tool_choice="required",
+                                  max_tokens=10)
+    assert "'uniqueItems' (at /properties/tags)" in str(e.value) and e.value.body["param"] == "tool_choice"
+    # declared without forcing, the same tool is fine: the model calls it freely and the tool checks
+    r = c.chat.completions.create(model=model(server), messages=ASK, tools=[tool], max_tokens=4)
+    assert r.choices[0].finish_reason in ("length", "stop")
+
+
+def test_a_forced_call_works_on_a_vocabulary_without_gemma_4_s_markers(gemma3_path):
+    """A GGUF whose vocabulary lacks <|tool_call>, <|"|> ... as tokens (Gemma 3 here; a converted
+    fine-tune, a test model): the markers are matched as text, as llama.cpp's own Gemma 4
+    grammar matches them, and the call written in text is read as a call."""
+    from engine.engine import Engine
+    from engine.generation import GenerationConfig
+    from engine.reply import ReplyAssembler
+
+    e = Engine.load(gemma3_path)
+    try:
+        assert not e.grammar_marker("<|tool_call>").startswith("<[")
+        grammar = calls_grammar([TRIP], "book_trip", parallel=False, marker=e.grammar_marker)
+        prompt = e.tokenize("Book a trip to Rome for three nights.", add_special=True, parse_special=False)
+        reply = ReplyAssembler(["book_trip"])
+        for ev in e.generate(prompt, GenerationConfig(max_tokens=60, grammar=grammar)):
+            reply.feed(ev)
+        assert len(reply.calls) == 1 and reply.calls[0].name == "book_trip", reply.origins
+        assert 1 <= reply.calls[0].arguments["nights"] <= 9 and reply.calls[0].arguments["city"] in ("Paris", "Rome")
+    finally:
+        e.close()

@@ -71,7 +71,7 @@ class Sampling(_Loose):
     response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}
     # llama-server's extensions: the reply follows a GBNF grammar, or matches a JSON schema
     grammar: str | None = None
-    json_schema: dict | None = None
+    json_schema: dict | bool | None = None
     # refused by name: they would change the answer and are not implemented
     best_of: int | None = None
     suffix: str | None = None
@@ -213,37 +213,38 @@ def output_format(req: Sampling) -> dict:
 
 
 def checked_grammar(gbnf: str) -> str:
-    """A GBNF grammar within bounds; llama.cpp parses it when the generation starts, and one it
-    cannot parse is a 400 then (before any text)."""
-    from ..grammar import MAX_GRAMMAR_BYTES
+    """llama.cpp's `grammar` (GBNF) as the grammar engine's own, checked now: one that cannot be
+    used is a 400 saying why, before anything is decoded."""
+    from ..grammar import GrammarError, from_gbnf
 
     if not gbnf.strip():
         raise ApiError(400, "grammar is empty", param="grammar")
-    if len(gbnf.encode("utf-8")) > MAX_GRAMMAR_BYTES:
-        raise ApiError(400, f"grammar is larger than {MAX_GRAMMAR_BYTES // 1024} KB", param="grammar")
-    return gbnf
+    try:
+        return from_gbnf(gbnf)
+    except GrammarError as e:
+        raise ApiError(400, f"grammar: {e}", param="grammar") from None
 
 
 def response_format(fmt: dict | None, param: str = "response_format") -> dict:
     """response_format as GenerationConfig fields: a grammar for json_object (or, as llama-server
     takes it, json_object with a "schema"), a JSON schema for json_schema (checked now: a bad or
     hostile schema is a 400 naming the problem)."""
-    from ..grammar import JSON_OBJECT_GBNF, GrammarError, schema_to_gbnf
+    from ..grammar import GrammarError, from_json_schema, json_object
 
     kind = (fmt or {}).get("type", "text")
     if kind == "text":
         return {}
     if kind == "json_object" and fmt.get("schema") is None:
-        return {"grammar": JSON_OBJECT_GBNF}
+        return {"grammar": json_object()}
     if kind not in ("json_schema", "json_object"):
         raise ApiError(400, f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
                        param=param)
     spec = fmt.get("json_schema")
     schema = fmt.get("schema") if kind == "json_object" else spec.get("schema") if isinstance(spec, dict) else None
-    if not isinstance(schema, dict):
+    if not isinstance(schema, (dict, bool)):
         raise ApiError(400, f"{param}: the JSON schema must be an object", param=param)
     try:
-        return {"grammar": schema_to_gbnf(schema)}
+        return {"grammar": from_json_schema(schema)}
     except GrammarError as e:
         raise ApiError(400, f"{param}: {e}", param=param) from None
 
@@ -379,7 +380,7 @@ def tool_use(req: ChatRequest, engine, thinking: bool) -> ToolUse:
         raise ApiError(400, "tool_choice must be 'none', 'auto', 'required' or "
                             "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
     try:
-        grammar = calls_grammar(tools, name, req.parallel_tool_calls, thinking)
+        grammar = calls_grammar(tools, name, req.parallel_tool_calls, thinking, marker=engine.grammar_marker)
     except ToolError as e:
         raise ApiError(400, f"tool_choice: {e}", param="tool_choice") from None
     return ToolUse(tools, names if name is None else {name}, grammar, req.parallel_tool_calls)

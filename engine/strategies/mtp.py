@@ -3,14 +3,14 @@
 starting from the target's hidden row that produced the newest token).
 
 Greedy: each draft is the drafter's favourite (under a grammar, its favourite among what the
-grammar allows, on a copy of the grammar's state; where no allowed token is cheap to find the
-draft ends there, as checking the whole vocabulary costs more than the drafts could save).
+grammar allows, on a copy of the grammar's state).
 Sampling: each draft is sampled from the drafter's distribution q, which verification needs
 (see speculative.py).
 """
 
 from __future__ import annotations
 
+from ..grammar import GrammarError
 from ..sampling import distribution, greedy_token, processed, sample_from
 from typing import Generator
 
@@ -30,10 +30,11 @@ def draft(st: DecodeState, k: int) -> Generator[DraftRow, tuple, tuple[list[int]
         for _ in range(k):
             logits, h = yield DraftRow(tok, pos0, h)
             if dg is not None:
-                tok = dg.best(processed(logits, st.recent(drafts), p), full=False)
-                if tok < 0:
+                try:
+                    tok = dg.best(processed(logits, st.recent(drafts), p))
+                    dg.accept(tok)
+                except GrammarError:  # nothing allowed here: the target's own row will say so
                     break
-                dg.accept(tok)
             elif p.greedy:
                 tok = greedy_token(logits, st.recent(drafts), p)
             else:
