@@ -236,6 +236,11 @@ class Grammar:
             raise GrammarError(f"the grammar allows no token here ({self._m.get_error() or 'a dead end'})")
         return int(np.argmax(np.where(ok, logits[:self.n_vocab], -np.inf)))
 
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of `tokens` (drafts) the grammar allows in a row from here."""
+        n = next((i for i, t in enumerate(tokens) if not 0 <= t < self.n_tok), len(tokens))
+        return self._m.validate_tokens(list(tokens[:n])) if n else 0
+
     def forced(self) -> list[int]:
         """The tokens the grammar forces next (a fixed key, a closing brace): free drafts."""
         return self._m.compute_ff_tokens()

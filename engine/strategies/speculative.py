@@ -11,7 +11,9 @@ Sampling: accept d_i with probability min(1, p(d_i)/q(d_i)) and on rejection sam
 normalised max(0, p - q), which leaves the output distributed exactly as the target's. A
 lookup proposal is a point distribution (q = 1 on its token).
 Under a grammar the target's choice at row i is constrained by the grammar state after the
-tokens kept before it (p is the constrained distribution); only kept tokens reach it.
+tokens kept before it (p is the constrained distribution); only kept tokens reach it. Tokens
+the grammar forces are drafted first, free (counted as lookup drafts: text known in advance),
+and lookup proposals are cut where the grammar rejects them.
 
 The choice of source and length depends only on what happened before the step, never on the
 step's own logits, so greedy output stays the baseline's and sampling stays exact.
@@ -98,8 +100,17 @@ class Speculative(DecodeStrategy):
         # rows the scheduler leaves this sequence in the step's batch
         limit = max(0, min(budget - 1, st.n_ctx - st.n_past - 1, rt.n_ubatch - 1, MAX_OUTPUTS - 1, st.room - 1))
         t0 = time.perf_counter()
-        proposal = self.index.propose(st.tokens, min(limit, MAX_RUN)) if self.index is not None else []
-        source, k = self._choose(st, limit, proposal)
+        # tokens a grammar forces next (a fixed key, a closing brace) are drafts for free, sure to
+        # be kept: proposed whole, ahead of any source; other proposals are cut where the grammar
+        # would reject them, before they cost a verify row
+        forced = st.grammar.forced()[:limit] if st.grammar is not None and limit > 0 else []
+        if forced:
+            proposal, (source, k) = forced, ("lookup", len(forced))
+        else:
+            proposal = self.index.propose(st.tokens, min(limit, MAX_RUN)) if self.index is not None else []
+            if st.grammar is not None and proposal:
+                proposal = proposal[:st.grammar.valid_prefix(proposal)]
+            source, k = self._choose(st, limit, proposal)
         st.planned = k + 1
         q_dists = None
         if source == "mtp":
@@ -122,7 +133,7 @@ class Speculative(DecodeStrategy):
             s.count_positions(k, n_acc)
         # each source learns from its own drafts; a plain step is every source's yardstick
         for ctl, mine in ((self.controller, source == "mtp"), (self.lookup_controller, source == "lookup")):
-            if ctl is not None and (mine or k == 0):
+            if ctl is not None and (mine or k == 0) and not forced:  # forced drafts say nothing of a source
                 ctl.observe(k, n_acc, seconds)
         if self.controller is not None:
             s.paused = self.controller.paused and source != "lookup"
