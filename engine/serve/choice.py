@@ -16,6 +16,7 @@ from fastapi import Request
 from .admission import ServerState, generate
 from . import request as rq
 from .errors import ApiError, from_exception
+from .openai_shapes import Timings
 from ..reply import Delta
 from .reply import ChoiceReply
 from .request import ChatRequest, ToolUse
@@ -146,13 +147,5 @@ async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thi
 
 
 def timings(stats) -> dict:
-    """llama-server's `timings` object, with Tandem's per-source draft counts."""
-    t = {"prompt_n": stats.prefill_tokens, "prompt_ms": stats.prefill_s * 1e3,
-         "prompt_per_second": stats.prefill_tps or 0.0, "predicted_n": stats.generated_tokens,
-         "predicted_ms": stats.decode_s * 1e3, "predicted_per_second": stats.decode_tps or 0.0,
-         "cache_n": stats.reused_tokens}
-    if stats.draft_tokens > 0:  # as llama-server: only when drafts were made
-        t.update(draft_n=stats.draft_tokens, draft_n_accepted=stats.accepted_tokens)
-        if stats.lookup_draft_tokens:  # Tandem's own: how many of them lookup proposed (and had accepted)
-            t.update(draft_n_lookup=stats.lookup_draft_tokens, draft_n_accepted_lookup=stats.lookup_accepted_tokens)
-    return t
+    """llama-server's `timings` object as a dict (for the native routes' replies)."""
+    return Timings.of(stats).model_dump()

@@ -10,7 +10,6 @@ index. A stream's first chunk names the role with
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import replace
@@ -18,9 +17,10 @@ from dataclasses import replace
 from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
+from . import openai_shapes as oa
 from . import request as rq
 from .admission import ServerState, admit, watched
-from .choice import Choice, chat_start, merged, open_together, timings
+from .choice import Choice, chat_start, merged, open_together
 from .errors import from_exception
 from .request import ChatRequest, CompletionRequest, Sampling
 
@@ -34,14 +34,14 @@ def fingerprint() -> str:
     return f"{FINGERPRINT}-{__version__}-llama.cpp"
 
 
-def usage(all_stats) -> dict:
+def usage(all_stats) -> oa.Usage:
     """n choices of one prompt: the prompt counts once, as OpenAI counts it; its cached part
     (not decoded again) in prompt_tokens_details."""
     done = sum(s.generated_tokens for s in all_stats)
     prompt = all_stats[0].prompt_tokens if all_stats else 0
     cached = all_stats[0].reused_tokens if all_stats else 0
-    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return oa.Usage(prompt_tokens=prompt, completion_tokens=done, total_tokens=prompt + done,
+                    prompt_tokens_details=oa.PromptTokensDetails(cached_tokens=cached))
 
 
 def router(state: ServerState) -> APIRouter:
@@ -86,39 +86,29 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
     opened = await open_together([open_choice(i) for i in range(req.n)])  # errors before any text: their status
 
     if not req.stream:
-        choices = []
-        for i, r in enumerate(await asyncio.gather(*(c.run(request) for c in opened))):
-            m = r.message()
-            if echo:
-                m["text"] = echo + m["text"]
-            choices.append({"index": i, **m, "finish_reason": r.finish_reason()})
-            done.append(r.stats)
+        replies = await asyncio.gather(*(c.run(request) for c in opened))
+        choices = [r.choice(i, echo) for i, r in enumerate(replies)]
+        done += [r.stats for r in replies]
         state.finished(api, done, False, time.perf_counter() - t0)
-        return {"id": rid, "object": obj, "created": created, "model": state.name, "system_fingerprint": fingerprint(),
-                "choices": choices, "usage": usage(done), "timings": timings(done[-1])}
+        return oa.Completion(id=rid, object=obj, created=created, model=state.name, system_fingerprint=fingerprint(),
+                             choices=choices, usage=usage(done), timings=oa.Timings.of(done[-1]))
 
-    def chunk(choices: list, **extra) -> dict:
-        return {"data": json.dumps({"id": rid, "object": chunk_obj, "created": created, "model": state.name,
-                                    "system_fingerprint": fingerprint(), "choices": choices, **extra})}
+    def chunk(choices: list, usage: oa.Usage | None = None, timings: oa.Timings | None = None) -> dict:
+        return {"data": oa.Chunk(id=rid, object=chunk_obj, created=created, model=state.name,
+                                 system_fingerprint=fingerprint(), choices=choices, usage=usage,
+                                 timings=timings).model_dump_json()}
 
     async def choice(i: int, c: Choice):
         r = c.reply
-        if kind == "chat":  # as OpenAI does: the first chunk says who speaks, with no content yet
-            yield chunk([{"index": i, "delta": {"role": "assistant", "content": None}, "logprobs": None,
-                          "finish_reason": None}])
-        elif echo:
-            yield chunk([{"index": i, "text": echo, "logprobs": None, "finish_reason": None}])
+        for part in r.opening(i, echo):
+            yield chunk([part])
         async for d in c.deltas():
             first_call, offset = len(r.calls) - len(d.calls), len(echo) + r.stopper.sent - len(d.text)
-            for part in r.deltas(d, first_call, offset):
-                extra = {"timings": timings(r.stats)} if req.timings_per_token else {}
-                yield chunk([{"index": i, **part, "finish_reason": None}], **extra)
+            for part in r.deltas(i, d, first_call, offset):
+                yield chunk([part], timings=oa.Timings.of(r.stats) if req.timings_per_token else None)
         if r.stats is None:
             return
-        tail = r.rest()
-        last = {"delta": {"content": tail} if tail else {}} if kind == "chat" else {"text": tail}
-        yield chunk([{"index": i, **last, "logprobs": None, "finish_reason": r.finish_reason()}],
-                    timings=timings(r.stats))
+        yield chunk([r.closing(i)], timings=oa.Timings.of(r.stats))
         done.append(r.stats)
 
     async def events():
@@ -128,12 +118,13 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
         except Exception as e:
             err = from_exception(e)
             state.note(api, f"{err.status}: {err.message}")
-            yield {"data": json.dumps({"error": {"message": err.message, "type": err.kind, "code": err.code}})}
+            yield {"data": oa.StreamError(error=oa.StreamErrorDetail(message=err.message, type=err.kind,
+                                                                     code=err.code)).model_dump_json()}
             return
         if not done:
             return
         if req.stream_options and req.stream_options.include_usage:
-            yield chunk([], usage=usage(done), timings=timings(done[-1]))
+            yield chunk([], usage=usage(done), timings=oa.Timings.of(done[-1]))
         yield {"data": "[DONE]"}
         state.finished(api, done, True, time.perf_counter() - t0)
 

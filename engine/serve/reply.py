@@ -5,6 +5,7 @@ logprobs), over the engine's reply assembler (engine/reply.py).
 from __future__ import annotations
 
 from ..reply import Delta, ReplyAssembler
+from . import openai_shapes as oa
 
 
 class ChoiceReply(ReplyAssembler):
@@ -18,20 +19,28 @@ class ChoiceReply(ReplyAssembler):
         self.kind = kind
 
     # ---- OpenAI's shapes ----
-    def message(self) -> dict:
-        """The whole choice's message (chat) or text (completions), with its logprobs."""
-        text = self.stopper.text
+    def choice(self, index: int, echo: str = "") -> oa.ChatChoice | oa.TextChoice:
+        """The whole choice: its message (chat) or text (completions, after the echoed prompt),
+        with its logprobs and why it ended."""
+        text, why = self.stopper.text, self.finish_reason()
         if self.kind == "text":
-            return {"text": text, "logprobs": completion_logprobs(self.logprobs, 0) if self.want_logprobs else None}
-        message = {"role": "assistant", "content": text if text or not self.calls else None}
-        if self.calls:
-            message["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.name, "arguments": c.arguments_json}} for c in self.calls]
-        if "".join(self.thinking):
-            message["reasoning_content"] = "".join(self.thinking)
-        return {"message": message, "logprobs": {"content": self.logprobs} if self.want_logprobs else None}
+            return oa.TextChoice(index=index, text=echo + text, finish_reason=why,
+                                 logprobs=completion_logprobs(self.logprobs, 0) if self.want_logprobs else None)
+        calls = [oa.ToolCall(id=c.id, function=oa.Function(name=c.name, arguments=c.arguments_json))
+                 for c in self.calls]
+        message = oa.Message(content=text if text or not calls else None, tool_calls=calls or None,
+                             reasoning_content="".join(self.thinking) or None)
+        return oa.ChatChoice(index=index, message=message, finish_reason=why,
+                             logprobs=oa.ChatLogprobs(content=self.logprobs) if self.want_logprobs else None)
 
-    def deltas(self, d: Delta, first_call: int, offset: int) -> list[dict]:
+    def opening(self, index: int, echo: str = "") -> list[oa.ChunkChoice | oa.TextChoice]:
+        """What a stream says before any text: chat's first chunk names who speaks, with
+        `content: null` (as OpenAI's does); a completion's is the echoed prompt, if asked."""
+        if self.kind == "chat":
+            return [oa.ChunkChoice(index=index, delta=oa.RoleDelta())]
+        return [oa.TextChoice(index=index, text=echo, logprobs=None, finish_reason=None)] if echo else []
+
+    def deltas(self, index: int, d: Delta, first_call: int, offset: int) -> list[oa.ChunkChoice | oa.TextChoice]:
         """A stream's choice deltas for one Delta: the text (and thinking) first, then each new
         call as OpenAI streams one: its index, id and name, then its arguments. `first_call`
         is the index of d.calls[0] in this choice; `offset` where d.text starts (completions'
@@ -39,28 +48,36 @@ class ChoiceReply(ReplyAssembler):
         if self.kind == "text":
             if not d.text and not d.logprobs:
                 return []
-            return [{"text": d.text, "logprobs": completion_logprobs(d.logprobs, offset) if self.want_logprobs
-                     else None}]
+            return [oa.TextChoice(index=index, text=d.text, finish_reason=None, logprobs=completion_logprobs(
+                d.logprobs, offset) if self.want_logprobs else None)]
         out = []
         if d.text or d.thinking or d.logprobs:
-            delta = {"content": d.text} if d.text else {}
-            if d.thinking:
-                delta["reasoning_content"] = d.thinking
-            out.append({"delta": delta, "logprobs": {"content": d.logprobs} if self.want_logprobs else None})
+            out.append(oa.ChunkChoice(index=index, delta=oa.Delta(content=d.text or None,
+                                                                  reasoning_content=d.thinking or None),
+                                      logprobs=oa.ChatLogprobs(content=d.logprobs) if self.want_logprobs else None))
         for i, c in enumerate(d.calls, first_call):
-            out.append({"delta": {"tool_calls": [{"index": i, "id": c.id, "type": "function",
-                                                  "function": {"name": c.name, "arguments": ""}}]}, "logprobs": None})
-            out.append({"delta": {"tool_calls": [{"index": i, "function": {"arguments": c.arguments_json}}]},
-                        "logprobs": None})
+            named = oa.ToolCallDelta(index=i, id=c.id, type="function", function=oa.FunctionDelta(name=c.name,
+                                                                                               arguments=""))
+            args = oa.ToolCallDelta(index=i, function=oa.FunctionDelta(arguments=c.arguments_json))
+            out += [oa.ChunkChoice(index=index, delta=oa.Delta(tool_calls=[named])),
+                    oa.ChunkChoice(index=index, delta=oa.Delta(tool_calls=[args]))]
         return out
 
+    def closing(self, index: int) -> oa.ChunkChoice | oa.TextChoice:
+        """A stream's last delta: the text held back (a possible stop string that was not), and
+        why the choice ended."""
+        tail = self.rest()
+        if self.kind == "text":
+            return oa.TextChoice(index=index, text=tail, logprobs=None, finish_reason=self.finish_reason())
+        return oa.ChunkChoice(index=index, delta=oa.Delta(content=tail or None), finish_reason=self.finish_reason())
 
-def completion_logprobs(entries: list[dict], offset: int) -> dict:
+
+def completion_logprobs(entries: list[dict], offset: int) -> oa.CompletionLogprobs:
     """The completions endpoint's (older) logprobs shape from chat's entries."""
     offsets, at = [], offset
     for e in entries:
         offsets.append(at)
         at += len(e["token"])
-    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
-            "text_offset": offsets}
+    return oa.CompletionLogprobs(tokens=[e["token"] for e in entries], token_logprobs=[e["logprob"] for e in entries],
+                                 top_logprobs=[{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                                 text_offset=offsets)
