@@ -16,7 +16,6 @@ and tools Tandem cannot honour (documents, server tools, MCP servers) are refuse
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -25,11 +24,13 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
+from . import anthropic_shapes as an
 from . import request as rq
 from .admission import ServerState, watched
-from .choice import Choice, off_loop, open_chat, timings
+from .choice import Choice, off_loop, open_chat
 from .errors import ANTHROPIC_TYPES, ApiError, from_exception
 from .llama_api import count_prompt
+from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
 
 
@@ -206,11 +207,11 @@ def stop_reason(r) -> tuple[str, str | None]:
     return ("tool_use" if why == "tool_calls" else "end_turn"), None
 
 
-def usage(stats) -> dict:
+def usage(stats) -> an.Usage:
     """Anthropic counts the cached part of the prompt apart from input_tokens."""
     cached = stats.reused_tokens
-    return {"input_tokens": stats.prompt_tokens - cached, "output_tokens": stats.generated_tokens,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    return an.Usage(input_tokens=stats.prompt_tokens - cached, output_tokens=stats.generated_tokens,
+                    cache_read_input_tokens=cached)
 
 
 def router(state: ServerState) -> APIRouter:
@@ -222,7 +223,7 @@ def router(state: ServerState) -> APIRouter:
         chat, thinking = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
         msgs = await off_loop(rq.messages, chat)
-        return {"input_tokens": await off_loop(count_prompt, engine, msgs, thinking, tools.tools)}
+        return an.TokenCount(input_tokens=await off_loop(count_prompt, engine, msgs, thinking, tools.tools))
 
     @r.post("/v1/messages")
     async def messages(req: MessagesRequest, request: Request):
@@ -237,26 +238,26 @@ def router(state: ServerState) -> APIRouter:
             return EventSourceResponse(watched(state, "messages", events), ping=15)
         rep = await choice.run(request)
         state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
-        return {**message(state, rep, mid), **({"timings": timings(rep.stats)} if req.timings_per_token else {})}
+        return message(state, rep, mid, Timings.of(rep.stats) if req.timings_per_token else None)
 
     return r
 
 
-def message(state: ServerState, r, mid: str) -> dict:
-    content: list[dict] = []
+def message(state: ServerState, r, mid: str, timings: Timings | None = None) -> an.Message:
+    content: list = []
     thinking = "".join(r.thinking)
     if thinking:
-        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+        content.append(an.ThinkingBlock(thinking=thinking))
     if r.stopper.text or not r.calls:
-        content.append({"type": "text", "text": r.stopper.text})
-    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in r.calls]
+        content.append(an.TextBlock(text=r.stopper.text))
+    content += [an.ToolUseBlock(id=c.id, name=c.name, input=c.arguments) for c in r.calls]
     why, seq = stop_reason(r)
-    return {"id": mid, "type": "message", "role": "assistant", "model": state.name, "content": content,
-            "stop_reason": why, "stop_sequence": seq, "usage": usage(r.stats)}
+    return an.Message(id=mid, model=state.name, content=content, stop_reason=why, stop_sequence=seq,
+                      usage=usage(r.stats), timings=timings)
 
 
-def _event(data: dict) -> dict:
-    return {"event": data["type"], "data": json.dumps(data)}
+def _event(data: an.Event) -> dict:
+    return {"event": data.type, "data": data.model_dump_json()}
 
 
 async def stream(state: ServerState, choice: Choice, mid: str, t0: float, with_timings: bool = False):
@@ -264,23 +265,25 @@ async def stream(state: ServerState, choice: Choice, mid: str, t0: float, with_t
     tool_use) opened, its deltas, closed, with indices in order; message_delta with the stop
     reason and usage; message_stop. An error after the start is an `error` event."""
     r = choice.reply
-    open_kind: str | None = None  # the block being streamed: "thinking" or "text"
+    open_kind: str | None = None  # the type of the block being streamed
     index = -1
 
-    def start(kind: str, block: dict):
+    def start(block):
         nonlocal open_kind, index
         index += 1
-        open_kind = kind
-        return _event({"type": "content_block_start", "index": index, "content_block": block})
+        open_kind = block.type
+        return _event(an.ContentBlockStart(index=index, content_block=block))
+
+    def delta(d):
+        return _event(an.ContentBlockDelta(index=index, delta=d))
 
     def close():
         nonlocal open_kind
         out = []
         if open_kind == "thinking":  # as Anthropic ends a thinking block: its signature
-            out.append(_event({"type": "content_block_delta", "index": index,
-                               "delta": {"type": "signature_delta", "signature": ""}}))
+            out.append(delta(an.SignatureDelta()))
         if open_kind is not None:
-            out.append(_event({"type": "content_block_stop", "index": index}))
+            out.append(_event(an.ContentBlockStop(index=index)))
         open_kind = None
         return out
 
@@ -288,42 +291,39 @@ async def stream(state: ServerState, choice: Choice, mid: str, t0: float, with_t
         out = []
         if open_kind != "text":
             out += close()
-            out.append(start("text", {"type": "text", "text": ""}))
-        out.append(_event({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}))
+            out.append(start(an.TextBlock(text="")))
+        out.append(delta(an.TextDelta(text=piece)))
         return out
 
-    prompt = r.stats.prompt_tokens if r.stats else 0
-    yield _event({"type": "message_start", "message": {
-        "id": mid, "type": "message", "role": "assistant", "model": state.name, "content": [], "stop_reason": None,
-        "stop_sequence": None, "usage": {"input_tokens": prompt - (r.stats.reused_tokens if r.stats else 0),
-                                         "output_tokens": 0, "cache_read_input_tokens": r.stats.reused_tokens
-                                         if r.stats else 0, "cache_creation_input_tokens": 0}}})
-    yield _event({"type": "ping"})
+    cached = r.stats.reused_tokens if r.stats else 0
+    yield _event(an.MessageStart(message=an.Message(
+        id=mid, model=state.name, content=[], stop_reason=None, stop_sequence=None,
+        usage=an.Usage(input_tokens=(r.stats.prompt_tokens if r.stats else 0) - cached, output_tokens=0,
+                       cache_read_input_tokens=cached))))
+    yield _event(an.Ping())
     try:
         async for d in choice.deltas():
             if d.thinking:
                 if open_kind != "thinking":
                     for e in close():
                         yield e
-                    yield start("thinking", {"type": "thinking", "thinking": "", "signature": ""})
-                yield _event({"type": "content_block_delta", "index": index,
-                              "delta": {"type": "thinking_delta", "thinking": d.thinking}})
+                    yield start(an.ThinkingBlock(thinking=""))
+                yield delta(an.ThinkingDelta(thinking=d.thinking))
             if d.text:
                 for e in text(d.text):
                     yield e
             for c in d.calls:
                 for e in close():
                     yield e
-                yield start("tool_use", {"type": "tool_use", "id": c.id, "name": c.name, "input": {}})
-                yield _event({"type": "content_block_delta", "index": index,
-                              "delta": {"type": "input_json_delta", "partial_json": c.arguments_json}})
+                yield start(an.ToolUseBlock(id=c.id, name=c.name, input={}))
+                yield delta(an.InputJsonDelta(partial_json=c.arguments_json))
                 for e in close():
                     yield e
     except Exception as e:
         err = from_exception(e)
         state.note("messages", f"{err.status}: {err.message}")
-        yield _event({"type": "error", "error": {"type": ANTHROPIC_TYPES.get(err.status, "api_error"),
-                                                 "message": err.message}})
+        yield _event(an.ErrorEvent(error=an.ErrorDetail(type=ANTHROPIC_TYPES.get(err.status, "api_error"),
+                                                        message=err.message)))
         return
     if r.stats is None:
         return
@@ -334,7 +334,7 @@ async def stream(state: ServerState, choice: Choice, mid: str, t0: float, with_t
     for e in close():
         yield e
     why, seq = stop_reason(r)
-    yield _event({"type": "message_delta", "delta": {"stop_reason": why, "stop_sequence": seq},
-                  "usage": usage(r.stats), **({"timings": timings(r.stats)} if with_timings else {})})
-    yield _event({"type": "message_stop"})
+    yield _event(an.MessageDelta(delta=an.StopDetails(stop_reason=why, stop_sequence=seq), usage=usage(r.stats),
+                                 timings=Timings.of(r.stats) if with_timings else None))
+    yield _event(an.MessageStop())
     state.finished("messages", [r.stats], True, time.perf_counter() - t0)
