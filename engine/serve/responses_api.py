@@ -20,7 +20,6 @@ OpenAI's does (Codex sends none, and takes a response cut short as a failed turn
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -30,10 +29,12 @@ from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
 from . import request as rq
+from . import responses_shapes as rs
 from .admission import ServerState, watched
-from .choice import Choice, off_loop, open_chat, timings
+from .choice import Choice, off_loop, open_chat
 from .errors import ApiError, from_exception
 from .llama_api import count_prompt
+from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
 
 NO_THINKING = (None, "none", "minimal")
@@ -186,50 +187,54 @@ class Output:
     """The response's output items as they stream: ids fixed when each item starts."""
 
     def __init__(self):
-        self.items: list[dict] = []
+        self.items: list = []
 
-    def item(self, kind: str, **fields) -> dict:
-        prefix = {"message": "msg_", "reasoning": "rs_", "function_call": "fc_"}[kind]
-        it = {"id": prefix + uuid.uuid4().hex[:24], "type": kind, **fields}
-        self.items.append(it)
-        return it
+    def add(self, item):
+        self.items.append(item)
+        return item
 
 
-def message_item(out: Output, text: str, status: str = "completed") -> dict:
-    return out.item("message", status=status, role="assistant",
-                    content=[{"type": "output_text", "text": text, "annotations": [], "logprobs": []}])
+def new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
 
 
-def reasoning_item(out: Output, text: str) -> dict:
-    return out.item("reasoning", summary=[], content=[{"type": "reasoning_text", "text": text}])
+def message_item(out: Output, text: str, status: str = "completed") -> rs.MessageItem:
+    return out.add(rs.MessageItem(id=new_id("msg_"), status=status, content=[rs.OutputText(text=text)]))
 
 
-def call_item(out: Output, c, spaces: dict[str, str], status: str = "completed") -> dict:
-    extra = {"namespace": spaces[c.name]} if c.name in spaces else {}
-    return out.item("function_call", status=status, call_id=c.id, name=c.name,
-                    arguments=c.arguments_json if status == "completed" else "", **extra)
+def reasoning_item(out: Output, text: str) -> rs.ReasoningItem:
+    return out.add(rs.ReasoningItem(id=new_id("rs_"), content=[rs.ReasoningText(text=text)]))
 
 
-def usage(r) -> dict:
+def call_item(out: Output, c, spaces: dict[str, str], status: str = "completed") -> rs.FunctionCallItem:
+    return out.add(rs.FunctionCallItem(id=new_id("fc_"), status=status, call_id=c.id, name=c.name,
+                                       arguments=c.arguments_json if status == "completed" else "",
+                                       namespace=spaces.get(c.name)))
+
+
+def usage(r) -> rs.Usage:
     s = r.stats
-    return {"input_tokens": s.prompt_tokens, "input_tokens_details": {"cached_tokens": s.reused_tokens},
-            "output_tokens": s.generated_tokens, "output_tokens_details": {"reasoning_tokens": r.thinking_tokens},
-            "total_tokens": s.prompt_tokens + s.generated_tokens}
+    return rs.Usage(input_tokens=s.prompt_tokens,
+                    input_tokens_details=rs.InputTokensDetails(cached_tokens=s.reused_tokens),
+                    output_tokens=s.generated_tokens,
+                    output_tokens_details=rs.OutputTokensDetails(reasoning_tokens=r.thinking_tokens),
+                    total_tokens=s.prompt_tokens + s.generated_tokens)
 
 
-def response(state: ServerState, req: ResponsesRequest, rid: str, created: int, out: Output, r=None) -> dict:
-    """The response object: in progress (r None) or done."""
+def response(state: ServerState, req: ResponsesRequest, rid: str, created: int, out: Output, r=None,
+             **fields) -> rs.Response:
+    """The response object: in progress (r None) or done; `fields` say more (a failure)."""
     done = r is not None and r.stats is not None
     cut = done and r.finish_reason() == "length"
-    return {"id": rid, "object": "response", "created_at": created, "model": state.name,
-            "status": ("incomplete" if cut else "completed") if done else "in_progress",
-            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
-            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
-            "output": out.items if done else [], "parallel_tool_calls": req.parallel_tool_calls,
-            "tool_choice": req.tool_choice or "auto", "tools": req.tools or [], "store": False,
-            "temperature": req.temperature, "top_p": req.top_p, "text": req.text or {"format": {"type": "text"}},
-            "reasoning": req.reasoning, "truncation": "disabled", "metadata": {},
-            "usage": usage(r) if done else None}
+    return rs.Response(**{
+        "id": rid, "created_at": created, "model": state.name,
+        "status": ("incomplete" if cut else "completed") if done else "in_progress",
+        "incomplete_details": rs.IncompleteDetails() if cut else None, "error": None,
+        "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+        "output": out.items if done else [], "parallel_tool_calls": req.parallel_tool_calls,
+        "tool_choice": req.tool_choice or "auto", "tools": req.tools or [], "temperature": req.temperature,
+        "top_p": req.top_p, "text": req.text or {"format": {"type": "text"}}, "reasoning": req.reasoning,
+        "usage": usage(r) if done else None, **fields})
 
 
 def router(state: ServerState) -> APIRouter:
@@ -242,7 +247,7 @@ def router(state: ServerState) -> APIRouter:
         chat, thinking, _ = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
         n = await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
-        return {"object": "response.input_tokens", "input_tokens": n}
+        return rs.InputTokens(input_tokens=n)
 
     @r.post("/v1/responses")
     @r.post("/responses")
@@ -250,7 +255,7 @@ def router(state: ServerState) -> APIRouter:
         chat, thinking, spaces = chat_request(req)
         t0 = time.perf_counter()
         choice = await open_chat(state, request, chat, thinking)
-        rid, created = "resp_" + uuid.uuid4().hex[:24], int(time.time())
+        rid, created = new_id("resp_"), int(time.time())
         if req.stream:
             events = stream(state, req, choice, rid, created, t0, spaces)
             return EventSourceResponse(watched(state, "responses", events), ping=15)
@@ -263,7 +268,7 @@ def router(state: ServerState) -> APIRouter:
         for c in rep.calls:
             call_item(out, c, spaces)
         state.finished("responses", [rep.stats], False, time.perf_counter() - t0)
-        return {**response(state, req, rid, created, out, rep), "timings": timings(rep.stats)}
+        return response(state, req, rid, created, out, rep, timings=Timings.of(rep.stats))
 
     return r
 
@@ -275,16 +280,19 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
     the start is a response.failed event."""
     r, out = choice.reply, Output()
     seq = 0
-    current: dict | None = None  # the reasoning or message item being streamed
+    current: rs.MessageItem | rs.ReasoningItem | None = None  # the item being streamed
     text_so_far: list[str] = []
 
-    def ev(kind: str, **fields) -> dict:
+    def ev(shape, **fields) -> dict:
+        """One event of the given shape, numbered in order (its type, where the shape has
+        several, among `fields`)."""
         nonlocal seq
         seq += 1
-        extra = {"timings": timings(r.stats)} if req.timings_per_token and r.stats is not None else {}
-        return {"event": kind, "data": json.dumps({"type": kind, "sequence_number": seq, **fields, **extra})}
+        when = Timings.of(r.stats) if req.timings_per_token and r.stats is not None else None
+        e = shape(sequence_number=seq, timings=when, **fields)
+        return {"event": e.type, "data": e.model_dump_json()}
 
-    def index(it: dict) -> int:
+    def index(it) -> int:
         return out.items.index(it)
 
     def close():
@@ -295,49 +303,41 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
             return events
         text = "".join(text_so_far)
         text_so_far.clear()
-        i = index(it)
-        if it["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            it["content"] = [part]
-            events.append(ev("response.output_text.done", item_id=it["id"], output_index=i, content_index=0,
-                             text=text, logprobs=[]))
-            events.append(ev("response.content_part.done", item_id=it["id"], output_index=i, content_index=0,
-                             part=part))
+        i, at = index(it), {"item_id": it.id, "output_index": index(it), "content_index": 0}
+        if it.type == "message":
+            it.content = [rs.OutputText(text=text)]
+            events.append(ev(rs.OutputTextDone, **at, text=text))
         else:
-            part = {"type": "reasoning_text", "text": text}
-            it["content"] = [part]
-            events.append(ev("response.reasoning_text.done", item_id=it["id"], output_index=i, content_index=0,
-                             text=text))
-            events.append(ev("response.content_part.done", item_id=it["id"], output_index=i, content_index=0,
-                             part=part))
-        events.append(ev("response.output_item.done", output_index=i, item=it))
+            it.content = [rs.ReasoningText(text=text)]
+            events.append(ev(rs.ReasoningTextDone, **at, text=text))
+        events.append(ev(rs.ContentPartEvent, type="response.content_part.done", **at, part=it.content[0]))
+        events.append(ev(rs.OutputItemEvent, type="response.output_item.done", output_index=i, item=it))
         return events
 
     def begin(kind: str):
         nonlocal current
         events = close()
         if kind == "message":
-            current = out.item("message", status="in_progress", role="assistant", content=[])
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            current = out.add(rs.MessageItem(id=new_id("msg_"), status="in_progress", content=[]))
+            part = rs.OutputText(text="")
         else:
-            current = out.item("reasoning", summary=[], content=[])
-            part = {"type": "reasoning_text", "text": ""}
+            current = out.add(rs.ReasoningItem(id=new_id("rs_"), content=[]))
+            part = rs.ReasoningText(text="")
         i = index(current)
-        events.append(ev("response.output_item.added", output_index=i, item=dict(current)))
-        events.append(ev("response.content_part.added", item_id=current["id"], output_index=i, content_index=0,
-                         part=part))
+        events.append(ev(rs.OutputItemEvent, type="response.output_item.added", output_index=i, item=current))
+        events.append(ev(rs.ContentPartEvent, type="response.content_part.added", item_id=current.id,
+                         output_index=i, content_index=0, part=part))
         return events
 
     def text(piece: str, kind: str):
-        events = begin(kind) if current is None or current["type"] != kind else []
+        events = begin(kind) if current is None or current.type != kind else []
         text_so_far.append(piece)
-        delta = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        events.append(ev(delta, item_id=current["id"], output_index=index(current), content_index=0, delta=piece,
-                         **({"logprobs": []} if kind == "message" else {})))
+        delta = rs.OutputTextDelta if kind == "message" else rs.ReasoningTextDelta
+        events.append(ev(delta, item_id=current.id, output_index=index(current), content_index=0, delta=piece))
         return events
 
-    yield ev("response.created", response=response(state, req, rid, created, out))
-    yield ev("response.in_progress", response=response(state, req, rid, created, out))
+    yield ev(rs.ResponseEvent, type="response.created", response=response(state, req, rid, created, out))
+    yield ev(rs.ResponseEvent, type="response.in_progress", response=response(state, req, rid, created, out))
     try:
         async for d in choice.deltas():
             for e in (text(d.thinking, "reasoning") if d.thinking else []) + (text(d.text, "message") if d.text else []):
@@ -347,19 +347,17 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
                     yield e
                 it = call_item(out, c, spaces, "in_progress")
                 i = index(it)
-                yield ev("response.output_item.added", output_index=i, item=dict(it))
-                yield ev("response.function_call_arguments.delta", item_id=it["id"], output_index=i,
-                         delta=c.arguments_json)
-                yield ev("response.function_call_arguments.done", item_id=it["id"], output_index=i,
-                         arguments=c.arguments_json)
-                it.update(status="completed", arguments=c.arguments_json)
-                yield ev("response.output_item.done", output_index=i, item=it)
+                yield ev(rs.OutputItemEvent, type="response.output_item.added", output_index=i, item=it)
+                yield ev(rs.ArgumentsDelta, item_id=it.id, output_index=i, delta=c.arguments_json)
+                yield ev(rs.ArgumentsDone, item_id=it.id, output_index=i, arguments=c.arguments_json)
+                it.status, it.arguments = "completed", c.arguments_json
+                yield ev(rs.OutputItemEvent, type="response.output_item.done", output_index=i, item=it)
     except Exception as e:
         err = from_exception(e)
         state.note("responses", f"{err.status}: {err.message}")
-        failed = {**response(state, req, rid, created, out), "status": "failed",
-                  "error": {"code": err.code or err.kind, "message": err.message}}
-        yield ev("response.failed", response=failed)
+        failed = response(state, req, rid, created, out, status="failed",
+                          error=rs.ResponseError(code=err.code or err.kind, message=err.message))
+        yield ev(rs.ResponseEvent, type="response.failed", response=failed)
         return
     if r.stats is None:
         return
@@ -367,10 +365,10 @@ async def stream(state: ServerState, req: ResponsesRequest, choice: Choice, rid:
     if tail or not out.items:  # a reply with no item at all still has its (empty) message
         for e in text(tail, "message"):
             yield e
-    if current is not None and current["type"] == "message":
-        current["status"] = "incomplete" if r.finish_reason() == "length" else "completed"
+    if current is not None and current.type == "message":
+        current.status = "incomplete" if r.finish_reason() == "length" else "completed"
     for e in close():
         yield e
     final = response(state, req, rid, created, out, r)
-    yield ev("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
+    yield ev(rs.ResponseEvent, type="response." + final.status, response=final)
     state.finished("responses", [r.stats], True, time.perf_counter() - t0)
