@@ -1,11 +1,15 @@
-"""Anthropic's and the Responses API's requests as the chat request every API shares: pure
-functions, no model (a stand-in engine answers what the request's checks ask of it)."""
+"""Anthropic's and the Responses API's requests as the chat request every API shares, and the
+replies' typed shapes as JSON: pure functions, no model (a stand-in engine answers what the
+request's checks ask of it)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from engine.serve import anthropic_api, responses_api
+from engine.serve import anthropic_shapes as an, openai_shapes as oa, responses_shapes as rs
 from engine.serve import request as rq
 from engine.serve.errors import ApiError
 
@@ -101,3 +105,48 @@ def test_llama_servers_ways_to_continue_a_message_are_refused_by_name(field, val
                          **{field: value})
     with pytest.raises(ApiError, match=field):
         rq.messages(req)
+
+
+def test_reply_shapes_send_null_where_the_apis_do_and_leave_out_what_does_not_apply():
+    def wire(model) -> dict:
+        return json.loads(model.model_dump_json())
+
+    head = dict(id="chatcmpl-1", object="chat.completion.chunk", created=1, model="g", system_fingerprint="t")
+    first = wire(oa.Chunk(**head, choices=[oa.ChunkChoice(index=0, delta=oa.RoleDelta())]))
+    assert first["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": None}, "logprobs": None,
+                                 "finish_reason": None}]  # who speaks, content null, as OpenAI's first chunk
+    assert "usage" not in first and "timings" not in first
+    call = oa.ToolCallDelta(index=0, function=oa.FunctionDelta(arguments='{"a": 1}'))
+    later = wire(oa.ChunkChoice(index=1, delta=oa.Delta(tool_calls=[call])))
+    assert later["delta"] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]}
+    message = wire(oa.Message(content=None, tool_calls=[oa.ToolCall(id="c", function=oa.Function(name="f",
+                                                                                               arguments="{}"))]))
+    assert message == {"role": "assistant", "content": None,
+                       "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    with pytest.raises(ValueError):  # a misspelt field is an error, not a field dropped
+        oa.Delta(contents="x")
+
+    use = an.ToolUseBlock(id="toolu_1", name="Bash", input={"cmd": "ls"})
+    reply = wire(an.Message(id="msg_1", model="g", content=[an.ThinkingBlock(thinking="hm"), use],
+                            stop_reason="tool_use", stop_sequence=None,
+                            usage=an.Usage(input_tokens=5, output_tokens=3, cache_read_input_tokens=2)))
+    assert reply["content"] == [{"type": "thinking", "thinking": "hm", "signature": ""},
+                                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"cmd": "ls"}}]
+    assert reply["stop_sequence"] is None and "timings" not in reply  # llama-server's only when asked
+    assert reply["usage"]["cache_creation_input_tokens"] == 0
+    assert wire(an.ContentBlockDelta(index=1, delta=an.InputJsonDelta(partial_json="{}"))) == {
+        "type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{}"}}
+
+    item = rs.FunctionCallItem(id="fc_1", status="completed", call_id="c1", name="exec", arguments="{}")
+    assert wire(item) == {"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "c1",
+                          "name": "exec", "arguments": "{}"}  # no namespace unless declared in one
+    spaced = wire(item.model_copy(update={"namespace": "agents"}))
+    assert spaced["namespace"] == "agents"
+    event = wire(rs.OutputItemEvent(type="response.output_item.done", sequence_number=7, output_index=0, item=item))
+    assert event["sequence_number"] == 7 and event["item"]["call_id"] == "c1" and "timings" not in event
+    started = wire(rs.Response(id="resp_1", created_at=1, model="g", status="in_progress", incomplete_details=None,
+                               error=None, instructions=None, max_output_tokens=None, output=[],
+                               parallel_tool_calls=True, tool_choice="auto", tools=[], temperature=None, top_p=None,
+                               text={"format": {"type": "text"}}, reasoning=None, usage=None))
+    assert started["usage"] is None and started["error"] is None and started["store"] is False
+    assert "timings" not in started and started["truncation"] == "disabled"

@@ -4,7 +4,8 @@ routes — with MTP and lookup drafting on every one, offline.
 
 Rooms: http (middlewares, uvicorn), admission (turns, the queue, totals), choice (one
 generation read as Deltas), reply (the reply assembler), request (the OpenAI request and its
-checks, which every API's request is translated into), one module per API, app (all of it).
+checks, which every API's request is translated into), one module per API and one of its reply
+shapes (openai_shapes, anthropic_shapes, responses_shapes: typed models), app (all of it).
 """
 
 from .admission import ServerState
