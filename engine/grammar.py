@@ -205,8 +205,8 @@ class Grammar:
         if self._m.is_error():
             raise GrammarError(f"the grammar cannot be used: {self._m.get_error().strip()}"[:400])
         self.n_vocab = n_vocab  # the logits' width
-        self.n_tok = tok.vocab_size  # the tokenizer's (at most n_vocab)
-        self._bits = np.full((self.n_tok + 31) // 32, -1, dtype=np.int32)
+        self.n_tok = min(tok.vocab_size, n_vocab)  # the tokenizer's (rows past the logits: never allowed)
+        self._bits = np.full((tok.vocab_size + 31) // 32, -1, dtype=np.int32)
 
     def allowed(self) -> np.ndarray:
         """Which tokens the grammar allows now (bool, n_vocab)."""
