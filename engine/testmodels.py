@@ -11,12 +11,29 @@ How the weights make acceptance controllable (the "successor head"):
     has a head that predicts sigma(t) for token t, where sigma(t) = t+1 for a fraction
     `agreement` of the vocabulary and some other token for the rest.
 So with agreement A about A of all drafts are accepted, and with A = 0 none is.
+
+Two vocabularies (`vocab`):
+  * "synthetic": a small SPM vocabulary written here (Gemma 4's control tokens, the 256 byte
+    tokens, a few words, filler pieces), character-level for most text: fast tests;
+  * "gemma4": Gemma 4's real tokenizer (262,144 tokens, its merges, its special tokens with
+    their real ids), copied byte for byte from `ggml-vocab-gemma-4.gguf` of the pinned
+    llama-cpp-python sdist, so prompts, chat templates, tool-call markers, grammar masks and
+    lookup n-grams tokenize as a real Gemma 4 tokenizes them. The successor walk then goes
+    over Gemma 4's ordinary text tokens (see walk_successor). The default of the E2B size.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +135,7 @@ class SynthConfig:
     seed: int = 0
     quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
     template: str = "tandem"  # "tandem": CHAT_TEMPLATE; "gemma4": Gemma 4's real template (tools)
+    vocab: str = "synthetic"  # "synthetic": vocabulary(); "gemma4": Gemma 4's real tokenizer (n_vocab 262144)
 
 
 TINY = SynthConfig()
@@ -127,9 +145,17 @@ E2B = SynthConfig(
     n_vocab=262144, n_embd=1536, n_ff=6144, n_head=8, n_head_kv_swa=1, n_head_kv_full=1,
     head_dim_swa=256, head_dim_full=512, n_swa=512, layers="SSSF" * 4, shared_kv_layers=0,
     ple_width=0, drafter_embd=512, drafter_ff=2048, drafter_head=4, drafter_layers="SSSF",
-    alpha=0.05, alpha_dft=0.05, quantize="Q4_0",
+    alpha=0.05, alpha_dft=0.05, quantize="Q4_0", template="gemma4", vocab="gemma4",
 )
 SIZES = {"tiny": TINY, "e2b": E2B}
+VOCABS = ("synthetic", "gemma4")
+# What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real
+# vocabulary its template, smaller deviations (among 262k tokens a deviation of the tiny
+# target's 0.3 often makes another token win: the walk would no longer be predictable), and
+# a wider drafter (32 dimensions tell 262k tokens apart badly; llama.cpp wants it narrower
+# than the target).
+VOCAB_DEFAULTS = {"gemma4": {"template": "gemma4", "alpha": 0.1, "alpha_dft": 0.05, "drafter_embd": 48},
+                  "synthetic": {"template": "tandem"}}
 
 
 def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -175,11 +201,217 @@ def successor(n_vocab: int) -> np.ndarray:
     return s
 
 
+# ---- Gemma 4's real vocabulary ----------------------------------------------------------------
+
+LLAMA_VERSION = "0.3.36"  # the pinned llama-cpp-python (pyproject.toml, packaging/build-llama-server.sh)
+GEMMA4_VOCAB = "vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf"  # in the sdist; .inp/.out beside it
+
+
+class VocabUnavailable(RuntimeError):
+    """The pinned llama-cpp-python sdist (and so Gemma 4's vocabulary file) could not be had."""
+
+
+def llama_src_cache() -> Path:
+    """Where the pinned sdist is downloaded and extracted: $TANDEM_LLAMA_SRC or ~/.cache/tandem/llama-src."""
+    return Path(os.environ.get("TANDEM_LLAMA_SRC", Path.home() / ".cache" / "tandem" / "llama-src"))
+
+
+def llama_src(rel: str = "") -> Path:
+    """`rel` inside the pinned llama-cpp-python sdist's source tree (its vendored llama.cpp under
+    vendor/llama.cpp), in llama_src_cache(). When it is not there yet the sdist is downloaded
+    once with pip (from PyPI) and the members whose path starts with `rel` (all of them for "")
+    are extracted, each file or folder moved into place whole. Raises VocabUnavailable when pip
+    cannot get the sdist (offline, no index)."""
+    cache = llama_src_cache()
+    top = f"llama_cpp_python-{LLAMA_VERSION}"
+    path = cache / top / rel
+    if path.exists():
+        return path
+    sdist = cache / f"{top}.tar.gz"
+    if not sdist.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        print(f"downloading the llama-cpp-python {LLAMA_VERSION} sdist (once)...", file=sys.stderr)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                            "-d", str(cache), f"llama-cpp-python=={LLAMA_VERSION}"],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not sdist.exists():
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no sdist written"]
+            raise VocabUnavailable(f"pip could not download the llama-cpp-python {LLAMA_VERSION} sdist: {tail[0]}")
+    prefix = f"{top}/{rel}".rstrip("/")
+    with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(sdist) as tf:
+        members = [m for m in tf.getmembers() if m.name.startswith(prefix)]
+        if not members:
+            raise VocabUnavailable(f"{sdist.name} has no {prefix}")
+        tf.extractall(tmp, members=members, filter="data")
+        # each file or folder moved into place whole: a folder `rel`, or files named `rel`*
+        roots = {prefix if m.name.startswith(prefix + "/") else m.name for m in members}
+        for root in sorted(roots):
+            dst = cache / root
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(Path(tmp) / root, dst)
+    return path
+
+
+def gemma4_vocab_path() -> Path:
+    """ggml-vocab-gemma-4.gguf (Gemma 4's tokenizer, no weights), with its reference
+    tokenizations `.inp` / `.out` beside it, as llama.cpp's tests/test-tokenizer-0 reads them."""
+    path = llama_src(GEMMA4_VOCAB)  # the prefix takes .inp and .out along
+    for suffix in (".inp", ".out"):
+        if not path.with_name(path.name + suffix).exists():
+            llama_src(GEMMA4_VOCAB + suffix)
+    return path
+
+
+_SCALAR = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "u1", 10: "<u8", 11: "<i8",
+           12: "<f8"}
+_STRING, _ARRAY = 8, 9
+
+
+def gguf_metadata(path: str | Path, strings: tuple[str, ...] = ()) -> dict[str, tuple[bytes, object]]:
+    """A GGUF file's metadata: {key: (raw, value)}, `raw` the value's bytes as the file holds them
+    (its type first), `value` the value read: scalars, strings, numeric arrays as numpy arrays,
+    string arrays only for the keys in `strings` (None for the others: reading them is slow).
+    Much faster than gguf.GGUFReader, which takes tens of seconds over a 262k vocabulary's merges."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as b:
+        if b[:4] != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        (n_kv,) = struct.unpack_from("<Q", b, 16)
+        off, out = 24, {}
+        u32, u64 = struct.Struct("<I"), struct.Struct("<Q")
+
+        def string(o):
+            (n,) = u64.unpack_from(b, o)
+            return b[o + 8:o + 8 + n], o + 8 + n
+
+        for _ in range(n_kv):
+            key, off = string(off)
+            key = key.decode()
+            start = off
+            (vtype,) = u32.unpack_from(b, off)
+            off += 4
+            if vtype == _STRING:
+                v, off = string(off)
+                value = v.decode("utf-8", "replace")
+            elif vtype == _ARRAY:
+                (sub,) = u32.unpack_from(b, off)
+                (n,) = u64.unpack_from(b, off + 4)
+                off += 12
+                if sub == _STRING:
+                    keep = key in strings
+                    value = [] if keep else None
+                    for _ in range(n):
+                        (m,) = u64.unpack_from(b, off)
+                        if keep:
+                            value.append(b[off + 8:off + 8 + m].decode("utf-8", "replace"))
+                        off += 8 + m
+                elif sub in _SCALAR:
+                    dt = np.dtype(_SCALAR[sub])
+                    value = np.frombuffer(b[off:off + n * dt.itemsize], dt).copy()
+                    off += n * dt.itemsize
+                else:
+                    raise ValueError(f"{path}: {key} is an array of type {sub}, which this reader skips")
+            elif vtype in _SCALAR:
+                dt = np.dtype(_SCALAR[vtype])
+                value = np.frombuffer(b[off:off + dt.itemsize], dt)[0].item()
+                off += dt.itemsize
+            else:
+                raise ValueError(f"{path}: {key} has value type {vtype}")
+            out[key] = (b[start:off], value)
+    return out
+
+
+@dataclass(frozen=True)
+class RealVocab:
+    """A real tokenizer's metadata (the tokenizer.* keys of its GGUF, but the chat template)."""
+
+    raw: dict  # key -> the value's bytes as the vocab file holds them (type first)
+    tokens: list
+    types: np.ndarray
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+    def id(self, piece: str) -> int:
+        return self.tokens.index(piece)
+
+
+@lru_cache(maxsize=1)
+def gemma4_vocab() -> RealVocab:
+    meta = gguf_metadata(gemma4_vocab_path(), strings=("tokenizer.ggml.tokens",))
+    raw = {k: r for k, (r, _) in meta.items() if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+    return RealVocab(raw, meta["tokenizer.ggml.tokens"][1], meta["tokenizer.ggml.token_type"][1])
+
+
+def _is_text(piece: str, ttype: int) -> bool:
+    """An ordinary text token: a normal piece with something besides white space (no run of
+    spaces or newlines), not a placeholder (<unused12>, [multimodal]), nothing marker-like."""
+    return (ttype == 1 and piece.replace("\u2581", " ").strip() != ""  # 1: gguf.TokenType.NORMAL
+            and not (piece.startswith("<unused") and piece.endswith(">")) and piece != "[multimodal]"
+            and "<|" not in piece and "|>" not in piece)
+
+
+def walk_successor(vocab: RealVocab) -> np.ndarray:
+    """The successor rule over a real vocabulary: succ[t] is the token the synthetic target
+    predicts after t. The ordinary text tokens, in id order, form one cycle (each leads to the
+    next one), so a reply walks over text (" t", "in", " a", "er", ...) and never reaches a
+    control token, a byte token, white space alone or an unused slot; every other token leads
+    into that cycle at its own place, spread evenly over it (so no head row sums more than two
+    embeddings: one that did would win everywhere), except <|turn>, which leads to <turn|>
+    (the end of a turn), as in the synthetic vocabulary."""
+    V = vocab.n_vocab
+    text = np.array([_is_text(p, int(t)) for p, t in zip(vocab.tokens, vocab.types)])
+    walk = np.flatnonzero(text)
+    succ = np.empty(V, dtype=np.int64)
+    succ[walk] = np.roll(walk, -1)
+    turn, end = vocab.id("<|turn>"), vocab.id("<turn|>")
+    rest = np.flatnonzero(~text & (np.arange(V) != turn))
+    assert len(rest) <= len(walk)
+    succ[rest] = walk[(np.arange(len(rest)) * len(walk)) // len(rest)]
+    succ[turn] = end
+    return succ
+
+
+def successor_of(cfg: SynthConfig) -> np.ndarray:
+    return walk_successor(gemma4_vocab()) if cfg.vocab == "gemma4" else successor(cfg.n_vocab)
+
+
 def _rand(rng, shape, scale):
     return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(np.float32)
 
 
+class _Raw:
+    """A metadata value already serialized (its type, then its bytes), as another GGUF holds it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def _add_raw(w, key: str, data: bytes) -> None:
+    """Copy one metadata value byte for byte (gguf's writer would repack a 262k vocabulary and
+    its 515k merges item by item: seconds per file)."""
+    import gguf
+
+    if not getattr(w, "_tandem_raw", False):
+        pack = w._pack_val  # gguf==0.19.0 (pinned): write_kv_data_to_file packs each value with it
+
+        def pack_val(val, vtype, add_vtype, sub_type=None):
+            if isinstance(val, _Raw):
+                assert add_vtype
+                return val.data
+            return pack(val, vtype, add_vtype, sub_type)
+
+        w._pack_val = pack_val
+        w._tandem_raw = True
+    w.add_key_value(key, _Raw(data), gguf.GGUFValueType.ARRAY)
+
+
 def _add_vocab(w, cfg: SynthConfig):
+    if cfg.vocab == "gemma4":
+        for key, data in gemma4_vocab().raw.items():
+            _add_raw(w, key, data)
+        return
     toks, scores, types = vocabulary(cfg.n_vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(toks)
@@ -250,7 +482,7 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
     w.add_tensor("token_embd.weight", emb)
     # Successor head: logits[succ(t)] is large after reading token t (~20 before the softcap).
     head = np.zeros_like(emb)
-    np.add.at(head, successor(cfg.n_vocab), emb * np.float32(20.0 / math.sqrt(d)))
+    np.add.at(head, successor_of(cfg), emb * np.float32(20.0 / math.sqrt(d)))
     w.add_tensor("output.weight", head)
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
@@ -301,8 +533,17 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
     agree = rng.random(V) < cfg.agreement
     if cfg.agree_from >= 0:
         agree = np.arange(V) >= cfg.agree_from
-    succ = successor(V)
+    succ = successor_of(cfg)
     other = (succ + rng.integers(1, V - 1, V)) % V  # never equal to succ
+    if cfg.vocab == "gemma4":
+        # Among 262k rows, random ones would often gather two or three embeddings, and such a
+        # row outscores the right one for most tokens (see walk_successor): each disagreeing
+        # token proposes its own token instead, one no agreeing token proposes.
+        taken = np.zeros(V, bool)
+        taken[succ[agree]] = True
+        free, dis = np.flatnonzero(~taken), np.flatnonzero(~agree)
+        other = succ.copy()
+        other[dis] = free[rng.permutation(len(free))[:len(dis)]]
     sigma = np.where(agree, succ, other)
     pe = emb @ proj.T
     pe /= np.linalg.norm(pe, axis=1, keepdims=True)
@@ -464,9 +705,17 @@ def _audio_encoder(w, n_embd_text: int, rng) -> None:
     w.add_tensor("mm.a.input_projection.weight", _rand(rng, (n_embd_text, d), 1 / math.sqrt(d)))
 
 
-def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 1.0,
+def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 1.0, vocab: str | None = None,
                      **overrides) -> tuple[Path, Path]:
-    """Write `<size>-target.gguf` and `<size>-drafter-a<A>.gguf` into outdir; return both paths.
+    """Write `<tag>-target.gguf` and `<tag>-drafter-a<A>.gguf` into outdir; return both paths.
+
+    `vocab`: "synthetic" or "gemma4" (Gemma 4's real tokenizer, fetched with the pinned
+    llama-cpp-python sdist; raises VocabUnavailable when it cannot be); None: the size's own
+    (synthetic for tiny, gemma4 for e2b). The tag is the size, then "-<vocab>" when the
+    vocabulary is not the size's own, then "-custom" with overrides: tiny, tiny-gemma4, e2b,
+    e2b-synthetic. A vocabulary that is not the size's own brings VOCAB_DEFAULTS (Gemma 4's:
+    its real chat template). With the real vocabulary matrices are stored as F16 (a tiny pair
+    is about 140 MB, not 270).
 
     The target does not depend on `agreement`, so several drafters can share one target.
     """
@@ -476,10 +725,22 @@ def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 
         raise ValueError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
     if not 0.0 <= agreement <= 1.0:
         raise ValueError("agreement must be between 0 and 1")
-    cfg = replace(SIZES[size], agreement=agreement, **overrides)
+    base = SIZES[size]
+    vocab = vocab or base.vocab
+    if vocab not in VOCABS:
+        raise ValueError(f"unknown vocabulary {vocab!r}; choose from {', '.join(VOCABS)}")
+    kw = dict(overrides)
+    if vocab != base.vocab:
+        kw = {**VOCAB_DEFAULTS[vocab], **kw}
+    if vocab == "gemma4":
+        n = gemma4_vocab().n_vocab
+        if kw.get("n_vocab", n) != n:
+            raise ValueError(f"Gemma 4's vocabulary has {n} tokens, not n_vocab={kw['n_vocab']}")
+        kw["n_vocab"] = n
+    cfg = replace(base, agreement=agreement, vocab=vocab, **kw)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    tag = size if not overrides else f"{size}-custom"
+    tag = size + (f"-{vocab}" if vocab != base.vocab else "") + ("-custom" if overrides else "")
     target = out / f"{tag}-target.gguf"
     drafter = out / f"{tag}-drafter-a{agreement:g}.gguf"
 
@@ -488,24 +749,39 @@ def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 
     rng_t = np.random.default_rng(cfg.seed + 1)
     # The drafter's randomness depends on the agreement so each value gets its own file.
     rng_d = np.random.default_rng([cfg.seed + 2, int(round(agreement * 1000))])
-    f16 = gguf.LlamaFileType.MOSTLY_F16 if cfg.quantize else gguf.LlamaFileType.ALL_F32
+    half = bool(cfg.quantize) or cfg.vocab == "gemma4"  # 262k-row matrices: F16 (or quantized)
+    ftype = gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32
+    if half:  # both files see the embeddings as stored
+        emb = emb.astype(np.float16).astype(np.float32)
     if cfg.quantize:
-        emb16 = emb.astype(np.float16)
         tmp_t = out / (target.name + ".f16.tmp")
         tmp_d = out / (drafter.name + ".f16.tmp")
         try:
-            if not target.exists():
-                write_target(tmp_t, cfg, emb16.astype(np.float32), rng_t, f16)
+            if not (target.exists() and _tokenizer_model(target) == _tokenizer_model_of(cfg)):
+                write_target(tmp_t, cfg, emb, rng_t, ftype)
                 _quantize(tmp_t, target, cfg.quantize)
-            write_drafter(tmp_d, cfg, emb16.astype(np.float32), rng_d, f16)
+            write_drafter(tmp_d, cfg, emb, rng_d, ftype)
             _quantize(tmp_d, drafter, "Q8_0")
         finally:
             tmp_t.unlink(missing_ok=True)
             tmp_d.unlink(missing_ok=True)
     else:
-        write_target(target, cfg, emb, rng_t, f16)
-        write_drafter(drafter, cfg, emb, rng_d, f16)
+        write_target(target, cfg, emb, rng_t, ftype)
+        write_drafter(drafter, cfg, emb, rng_d, ftype)
     projector = out / f"mmproj-{tag}.gguf"  # found next to the target, as published repositories ship it
     if not projector.exists():  # pictures and audio, as E2B/E4B's projector has both
         write_projector(projector, cfg.n_embd, audio=True)
     return target, drafter
+
+
+def _tokenizer_model_of(cfg: SynthConfig) -> str:
+    return "gemma4" if cfg.vocab == "gemma4" else "llama"
+
+
+def _tokenizer_model(path: Path) -> str | None:
+    """tokenizer.ggml.model of a GGUF written earlier (a target kept from before is reused only
+    when its vocabulary is the one asked for)."""
+    try:
+        return gguf_metadata(path).get("tokenizer.ggml.model", (b"", None))[1]
+    except (OSError, ValueError, struct.error):
+        return None

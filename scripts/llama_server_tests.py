@@ -31,13 +31,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_VERSION = "0.3.36"  # as packaging/build-llama-server.sh
+# as engine.testmodels.llama_src_cache(), which also holds the sdist (its version as packaging/build-llama-server.sh)
 CACHE = Path(os.environ.get("TANDEM_LLAMA_SRC", Path.home() / ".cache" / "tandem" / "llama-src"))
 TEST_REQS = ["pytest", "pytest-timeout", "requests", "openai~=2.14.0", "filelock", "wget",
              "prometheus-client"]
@@ -60,18 +59,10 @@ def pytest_configure(config):
 # ---- the runner ----
 
 def tests_dir() -> Path:
-    src = CACHE / f"llama_cpp_python-{LLAMA_VERSION}"
-    tests = src / "vendor" / "llama.cpp" / "tools" / "server" / "tests"
-    if not (tests / "utils.py").exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        sdist = CACHE / f"llama_cpp_python-{LLAMA_VERSION}.tar.gz"
-        if not sdist.exists():
-            print(f"downloading the llama-cpp-python {LLAMA_VERSION} sdist...", file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                            "-d", str(CACHE), f"llama-cpp-python=={LLAMA_VERSION}"], check=True)
-        with tarfile.open(sdist) as tf:
-            tf.extractall(CACHE, filter="data")
-    return tests
+    sys.path.insert(0, str(ROOT))
+    from engine.testmodels import llama_src  # the sdist fetched and extracted as the test models' vocabulary is
+
+    return llama_src("vendor/llama.cpp/tools/server/tests")
 
 
 def tests_python() -> Path:
