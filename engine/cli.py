@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("outdir")
     m.add_argument("--size", choices=["tiny", "e2b"], default="tiny")
     m.add_argument("--agreement", type=float, default=1.0, help="how often the drafter agrees, 0..1")
+    m.add_argument("--vocab", choices=["synthetic", "gemma4"],
+                   help="synthetic: a small character-level vocabulary (tiny's default); gemma4: Gemma 4's real "
+                        "tokenizer and chat template, from the pinned llama-cpp-python sdist (e2b's default)")
     return ap
 
 
@@ -539,10 +542,14 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def cmd_make_test_models(args) -> int:
-    from .testmodels import make_test_models
+    from .testmodels import VocabUnavailable, make_test_models
 
-    target, drafter = make_test_models(args.outdir, args.size, args.agreement)
-    print(f"target:    {target}\ndrafter:   {drafter}\nprojector: {target.parent / f'mmproj-{args.size}.gguf'}")
+    try:
+        target, drafter = make_test_models(args.outdir, args.size, args.agreement, vocab=args.vocab)
+    except VocabUnavailable as e:
+        raise ValueError(f"{e} (--vocab synthetic needs no download)") from None
+    tag = target.name.removesuffix("-target.gguf")
+    print(f"target:    {target}\ndrafter:   {drafter}\nprojector: {target.parent / f'mmproj-{tag}.gguf'}")
     return 0
 
 
