@@ -109,3 +109,27 @@ def tools_server(gemma4_tools):
     s = Serve(gemma4_tools, "--draft-max", "3")
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma4_vocab():
+    """ggml-vocab-gemma-4.gguf: Gemma 4's real tokenizer, with llama.cpp's reference
+    tokenizations (.inp/.out) beside it, from the pinned llama-cpp-python sdist (downloaded
+    from PyPI once into ~/.cache/tandem/llama-src). Skips only when that cannot be had."""
+    from engine.testmodels import VocabUnavailable, gemma4_vocab_path
+
+    try:
+        return gemma4_vocab_path()
+    except VocabUnavailable as e:
+        pytest.skip(f"Gemma 4's real vocabulary is not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def real_vocab(models_dir, gemma4_vocab):
+    """The tiny pair over Gemma 4's real vocabulary (262,144 tokens) and its real chat template:
+    prompts, markers and grammars tokenize as on a real Gemma 4, and long prompts (coding
+    agents') fit. Agreement 0.7."""
+    from engine.testmodels import make_test_models
+
+    t, d = make_test_models(models_dir / "real-vocab", "tiny", 0.7, vocab="gemma4")
+    return {"target": t, 0.7: d}
