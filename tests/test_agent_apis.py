@@ -6,7 +6,10 @@ llama-server's own routes that llama.cpp-aware clients use."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
+from urllib.parse import urlsplit
 
 import anthropic
 import httpx2 as httpx
@@ -200,8 +203,100 @@ def test_llama_servers_native_completion(server):
         chunks = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
     assert chunks[-1]["stop"] and chunks[-1]["stop_type"] == "word" and chunks[-1]["stopping_word"] == oai_text[3:6]
     assert "".join(c["content"] for c in chunks) == oai_text[:3]
-    refused = httpx.post(base + "/completion", json={"prompt": "x", "ignore_eos": True}, timeout=60)
-    assert refused.status_code == 400 and "ignore_eos" in refused.json()["error"]["message"]
+    refused = httpx.post(base + "/completion", json={"prompt": "x", "mirostat": 2}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "mirostat"
+
+
+def test_native_completion_probabilities_tokens_and_batches_as_llama_servers(server):
+    base = server.url.removesuffix("/v1")
+    post = lambda body: httpx.post(base + "/completion", json={"n_predict": 5, **body}, timeout=60)  # noqa: E731
+    whole = post({"prompt": "a b c d", "n_probs": 3, "return_tokens": True}).json()
+    probs = whole["completion_probabilities"]
+    assert [p["id"] for p in probs] == whole["tokens"] and len(whole["tokens"]) == 5
+    for p in probs:  # llama-server's shape: the token, its id, bytes and log-probability, and the best 3
+        assert p["token"] == bytes(p["bytes"]).decode("utf-8", "replace") and p["logprob"] <= 0
+        assert len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["logprob"] >= p["logprob"]
+        assert all(set(t) == {"id", "token", "bytes", "logprob"} for t in p["top_logprobs"])
+    assert post({"prompt": "a b c d"}).json()["tokens"] == []  # only with return_tokens
+    # streamed: a chunk per token, each with its id (and probabilities), the same text and tokens
+    with httpx.stream("POST", base + "/completion", timeout=60, json={
+            "prompt": "a b c d", "n_predict": 5, "n_probs": 3, "stream": True}) as s:
+        chunks = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+    parts = [c for c in chunks if not c["stop"]]
+    assert [c["tokens"][0] for c in parts] == whole["tokens"] and all(len(c["tokens"]) == 1 for c in parts)
+    assert [c["completion_probabilities"][0]["id"] for c in parts] == whole["tokens"]
+    assert "".join(c["content"] for c in chunks) == whole["content"]
+    assert chunks[-1]["stop"] and "completion_probabilities" not in chunks[-1]
+    # the prompt forms llama-server takes: ids and text mixed, {"prompt_string"}, and a batch of them
+    ids = httpx.post(base + "/tokenize", json={"content": "a b c d", "add_special": True}).json()["tokens"]
+    batch = post({"prompt": [ids, "a b c d", {"prompt_string": "a b c d"}, [ids[0], "a b c d"]]}).json()
+    assert [r["index"] for r in batch] == [0, 1, 2, 3]
+    assert {r["content"] for r in batch} == {whole["content"]}  # ids[0] is BOS: the same prompt each time
+    assert post({"prompt": {"prompt_string": "x", "multimodal_data": [_PNG]}}).status_code == 400
+    assert post({"prompt": [[10**9]]}).status_code == 400
+    # only the fields asked for, a/b naming b inside a
+    picked = post({"prompt": "a b c d", "response_fields": ["content", "generation_settings/n_predict"]}).json()
+    assert picked == {"content": whole["content"], "generation_settings/n_predict": 5}
+
+
+def test_native_completion_sampling_as_llama_server_takes_it(server):
+    base = server.url.removesuffix("/v1")
+    def post(body):
+        return httpx.post(base + "/completion", json={"prompt": "a b c d", "n_predict": 8, **body}, timeout=60)
+    plain = post({}).json()
+    assert "completion_probabilities" not in plain and plain["generation_settings"]["logit_bias"] == []
+    # logit_bias by token text (each of its tokens), by id, and false (a ban), in both of llama-server's forms
+    word = plain["content"][:2]
+    banned = httpx.post(base + "/tokenize", json={"content": word}).json()["tokens"]
+    for bias in ([[word, -100]], {word: -100}, [[banned[0], False]], {str(banned[0]): -100}):
+        r = post({"logit_bias": bias, "return_tokens": True}).json()
+        assert banned[0] not in r["tokens"], bias
+        assert {"bias": -100.0, "token": banned[0]} in r["generation_settings"]["logit_bias"]
+    # ignore_eos bans the end-of-generation tokens: the reply runs to n_predict
+    eos = post({"ignore_eos": True}).json()
+    assert eos["generation_settings"]["ignore_eos"] and eos["generation_settings"]["logit_bias"]
+    assert all(b["bias"] == -100.0 for b in eos["generation_settings"]["logit_bias"])
+    assert eos["tokens_predicted"] == 8 and eos["stop_type"] == "limit"
+    # samplers: the ones left out are off; an order Tandem does not apply is refused
+    kept = post({"samplers": ["penalties", "top_k", "temperature"], "temperature": 0.7, "top_p": 0.5, "seed": 1})
+    settings = kept.json()["generation_settings"]
+    assert settings["top_p"] == 1.0 and settings["temperature"] == 0.7
+    assert post({"samplers": "edkypmxt"}).status_code == 200  # llama-server's default chain, as letters
+    for body, param in (({"samplers": ["top_p", "top_k", "temperature"]}, "samplers"), ({"mirostat": 1}, "mirostat"),
+                        ({"typical_p": 0.5}, "typical_p"), ({"post_sampling_probs": True}, "post_sampling_probs"),
+                        ({"return_progress": True}, "return_progress"), ({"n_probs": 99}, "n_probs"),
+                        ({"n_predict": 0}, "n_predict"), ({"logit_bias": [[1, "x"]]}, "logit_bias")):
+        r = post(body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, body
+    assert post({"mirostat": 0, "typical_p": 1.0, "dry_multiplier": 0, "n_keep": 4}).status_code == 200  # "off"
+    # repeat_last_n and the penalty it bounds are honoured
+    assert post({"repeat_penalty": 1.5, "repeat_last_n": 8}).json()["generation_settings"]["repeat_last_n"] == 8
+
+
+def test_llama_servers_slots_and_metrics_as_its_clients_read_them(server):
+    base = server.url.removesuffix("/v1")
+    slots = httpx.get(base + "/slots").json()
+    assert len(slots) == httpx.get(base + "/props").json()["total_slots"]
+    assert all(s["is_processing"] is False and s["n_ctx"] == 8192 for s in slots)
+    with httpx.stream("POST", base + "/completion", timeout=60, json={"prompt": "a b", "n_predict": 4000,
+                                                                      "ignore_eos": True, "stream": True}) as s:
+        next(line for line in s.iter_lines() if line.startswith("data:"))  # it generates: its slot is busy
+        busy = [x for x in httpx.get(base + "/slots").json() if x["is_processing"]]
+        assert len(busy) == 1 and sum(busy[0]["next_token"][0][k] for k in ("n_decoded", "n_remain")) == 4000
+    for _ in range(50):  # the client went away: its slot is free again
+        if not any(x["is_processing"] for x in httpx.get(base + "/slots").json()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the slot of a client that went away stays busy")
+    # the header as llama-server spells it (its tests look it up in a plain dict), and per-token times
+    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
+    conn.request("GET", "/metrics")
+    assert "Process-Start-Time-Unix" in dict(conn.getresponse().getheaders())
+    conn.close()
+    t = httpx.post(base + "/completion", json={"prompt": "a b c", "n_predict": 6}, timeout=60).json()["timings"]
+    assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / 5)  # the first token comes with the prompt
+    assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
 
 
 def test_grammar_and_json_schema_extensions_are_honoured_and_checked(server):

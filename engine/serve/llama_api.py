@@ -1,6 +1,7 @@
 """llama-server's own routes that clients and llama.cpp-aware tools use: /health, the model
-list, /tokenize and /detokenize, /apply-template, the input-token counts, /props and /metrics
-(Prometheus text, with Tandem's draft counts per source).
+list, /tokenize and /detokenize, /apply-template, the input-token counts, /props, /slots (each
+sequence of the context: busy or not, and how far a busy one is) and /metrics (Prometheus text,
+with Tandem's draft counts per source).
 
 Rendering a chat template runs in a sandbox process (bounded time and memory): these handlers
 run it on a worker thread so the event loop keeps serving the streams.
@@ -12,7 +13,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 from pydantic import Field
 
 from . import request as rq
@@ -129,15 +130,48 @@ def router(state: ServerState) -> APIRouter:
                 "chat_template_caps": {"supports_tools": bool(template and template.supports_tools)},
                 "bos_token": template.bos_token if template else "", "eos_token": template.eos_token if template else "",
                 "build_info": _build_info(), "endpoint_metrics": True, "endpoint_props": False,
-                "endpoint_slots": False, "is_sleeping": False,
+                "endpoint_slots": True, "is_sleeping": False,
                 "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max}}
+
+    @r.get("/slots")
+    async def slots():
+        e = state.engine()
+        return await off_loop(slot_list, e)  # the scheduler's lock: not on the event loop
 
     @r.get("/metrics")
     async def metrics():
-        return PlainTextResponse(prometheus(state), headers={"Process-Start-Time-Unix": str(STARTED)},
-                                 media_type="text/plain; version=0.0.4")
+        return _exact_case(PlainTextResponse(prometheus(state), media_type="text/plain; version=0.0.4"),
+                           "Process-Start-Time-Unix", str(STARTED))
 
     return r
+
+
+def _exact_case(response: Response, name: str, value: str) -> Response:
+    """A header spelt as llama-server spells it (Starlette lowercases the names it is given; HTTP
+    names are case-insensitive, but clients that keep headers in a plain dict look it up so)."""
+    response.raw_headers.append((name.encode("latin-1"), value.encode("latin-1")))
+    return response
+
+
+def slot_list(engine) -> list[dict]:
+    """llama-server's /slots: each sequence of the context (they share it: each may use all of
+    it), busy or not; a busy one's prompt and how many tokens it has made and may still make."""
+    sch = engine.scheduler
+    with sch.lock:
+        running = {id(seq.slot): seq for seq in sch.running if seq.slot is not None and seq.st is not None}
+        out = []
+        for i, slot in enumerate(sch.slots):
+            entry = {"id": i, "n_ctx": engine.n_ctx, "speculative": bool(engine.spec_sources),
+                     "is_processing": slot.busy}
+            seq = running.get(id(slot))
+            if seq is not None:
+                st = seq.st.stats
+                entry.update(n_prompt_tokens=len(seq.job.prompt), n_prompt_tokens_processed=st.prefill_tokens,
+                             n_prompt_tokens_cache=st.reused_tokens,
+                             next_token=[{"has_next_token": True, "n_decoded": st.generated_tokens,
+                                          "n_remain": max(seq.job.config.max_tokens - st.generated_tokens, 0)}])
+            out.append(entry)
+    return out
 
 
 def _file_name(engine) -> str:
