@@ -27,6 +27,7 @@ class Prompts:
         self._piece_cache: dict[int, bytes] = {}
         self._control: dict[int, str | None] = {}
         self._control_text_cache: dict[str, bool] = {}
+        self._marker_re: re.Pattern | None = None
         tmpl_ptr = lib.llama_model_chat_template(model, None)
         source = tmpl_ptr.decode("utf-8", "replace") if tmpl_ptr else FALLBACK_TEMPLATE
         self.template = ChatTemplate(
@@ -107,7 +108,7 @@ class Prompts:
         else:
             tokens = self._format_chat(messages, enable_thinking, should_stop, render)
         if answer_prefix:
-            tokens += self.tokenize(answer_prefix, add_special=False, parse_special=False)
+            tokens += self.plain(answer_prefix)
         return tokens
 
     def _render(self, messages, enable_thinking, should_stop, tools=None) -> str:
@@ -121,8 +122,7 @@ class Prompts:
         spans = self._message_spans(text, messages, enable_thinking, should_stop, render)
         if spans is None:  # the template changed the text beyond recognition: defuse the markers
             return self._format_defused(messages, enable_thinking, should_stop, render)
-        return self._tokenize_spans(text, spans, lambda s, e: self.tokenize(text[s:e], add_special=False,
-                                                                           parse_special=False))
+        return self._tokenize_spans(text, spans, lambda s, e: self.plain(text[s:e]))
 
     def _tokenize_spans(self, text: str, spans, inside: Callable[[int, int], list[int]]) -> list[int]:
         """The rendered chat's tokens: the template's markup between the message spans may hold
@@ -167,10 +167,10 @@ class Prompts:
             tokens, at = [], start
             for mk in MEDIA_MARK.finditer(text, start, end):
                 if mk.start() > at:
-                    tokens += self.tokenize(text[at:mk.start()], add_special=False, parse_special=False)
+                    tokens += self.plain(text[at:mk.start()])
                 tokens += self.projector.tokens(items[int(mk.group(1))])[0]
                 at = mk.end()
-            return tokens + (self.tokenize(text[at:end], add_special=False, parse_special=False) if end > at else [])
+            return tokens + (self.plain(text[at:end]) if end > at else [])
 
         return self._tokenize_spans(text, spans, inside)
 
@@ -198,11 +198,38 @@ class Prompts:
                 return None
         return spans if text[pos:] == parts[-1] else None
 
+    def _markers(self) -> re.Pattern:
+        """The texts of the vocabulary's user-defined marker tokens (`<...>`: Gemma 4's
+        <|tool_call>, <|"|>, <|channel> ... are such tokens), which llama.cpp reads as the token
+        even in text tokenized without special tokens."""
+        if self._marker_re is None:
+            attr = getattr(lib, "llama_vocab_get_attr", None) or lib.llama_token_get_attr
+            texts = set()
+            for tok in range(lib.llama_vocab_n_tokens(self.vocab)):
+                if attr(self.vocab, tok) & lib.LLAMA_TOKEN_ATTR_USER_DEFINED:
+                    t = self._token_text(tok)
+                    if len(t) > 1 and t.startswith("<") and t.endswith(">"):
+                        texts.add(t)
+            self._marker_re = re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
+                                         or "(?!x)x")
+        return self._marker_re
+
+    def plain(self, text: str) -> list[int]:
+        """Text from outside (a message, a tool's result) as tokens that are never a control or
+        marker token: where a marker's text occurs it is tokenized in two pieces, cut after its
+        first character."""
+        cuts = [m.start() + 1 for m in self._markers().finditer(text)]
+        if not cuts:
+            return self.tokenize(text, add_special=False, parse_special=False)
+        bounds = [0] + cuts + [len(text)]
+        return [t for a, b in zip(bounds, bounds[1:]) if b > a
+                for t in self.tokenize(text[a:b], add_special=False, parse_special=False)]
+
     def _has_control_text(self, text: str) -> bool:
         if text not in self._control_text_cache:
             if len(self._control_text_cache) > 4096:
                 self._control_text_cache.clear()
-            self._control_text_cache[text] = (
+            self._control_text_cache[text] = bool(self._markers().search(text)) or (
                 self.tokenize(text, add_special=False, parse_special=True)
                 != self.tokenize(text, add_special=False, parse_special=False))
         return self._control_text_cache[text]
@@ -222,7 +249,7 @@ class Prompts:
             marker = self._token_text(tok)
             if len(marker) > 1:
                 text = text.replace(marker, marker[0] + "\u2060" + marker[1:])
-        return text
+        return self._markers().sub(lambda m: m.group(0)[0] + "\u2060" + m.group(0)[1:], text)
 
     def _defused(self, value):
         """`_defuse` on every string (keys too) of JSON-like data: tool declarations and calls."""
