@@ -64,6 +64,10 @@ DELIBERATE = {  # the first pattern that matches gives the reason
     "test_basic.py::test_server_props": "per-slot n_ctx: Tandem's sequences share one context",
     "test_basic.py::test_server_slots": "per-slot n_ctx (and /slots is always on: no --slots/--no-slots)",
     "test_metrics.py::test_metrics_disabled": "/metrics is always on (counters only; no --metrics flag)",
+    "test_compat_anthropic.py::test_anthropic_vision_format_accepted": "a picture for a model without a projector is "
+                                                                       "a 400 naming it (llama-server: a 500)",
+    "test_compat_anthropic.py::test_anthropic_tool_result_with_image": "a picture for a model without a projector is "
+                                                                       "a 400 naming it (llama-server: a 500)",
     "test_stream.py::*": "router mode's resumable streams (X-Conversation-Id, /v1/stream): Tandem serves one "
                          "model, no router",
 }
