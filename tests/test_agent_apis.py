@@ -280,7 +280,8 @@ def test_llama_servers_slots_and_metrics_as_its_clients_read_them(server):
     assert all(s["is_processing"] is False and s["n_ctx"] == 8192 for s in slots)
     with httpx.stream("POST", base + "/completion", timeout=60, json={"prompt": "a b", "n_predict": 4000,
                                                                       "ignore_eos": True, "stream": True}) as s:
-        next(line for line in s.iter_lines() if line.startswith("data:"))  # it generates: its slot is busy
+        lines = s.iter_lines()  # held: a dropped iterator would close the connection (and so the generation)
+        next(line for line in lines if line.startswith("data:"))  # it generates: its slot is busy
         busy = [x for x in httpx.get(base + "/slots").json() if x["is_processing"]]
         assert len(busy) == 1 and sum(busy[0]["next_token"][0][k] for k in ("n_decoded", "n_remain")) == 4000
     for _ in range(50):  # the client went away: its slot is free again
