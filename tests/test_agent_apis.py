@@ -204,7 +204,9 @@ def test_llama_servers_native_completion(server):
     assert chunks[-1]["stop"] and chunks[-1]["stop_type"] == "word" and chunks[-1]["stopping_word"] == oai_text[3:6]
     assert "".join(c["content"] for c in chunks) == oai_text[:3]
     refused = httpx.post(base + "/completion", json={"prompt": "x", "mirostat": 2}, timeout=60)
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "mirostat"
+    err = refused.json()["error"]  # llama-server's shape: the status as the code
+    assert refused.status_code == 400 and err["param"] == "mirostat" and err["code"] == 400
+    assert err["type"] == "invalid_request_error" and "mirostat" in err["message"]
 
 
 def test_native_completion_probabilities_tokens_and_batches_as_llama_servers(server):

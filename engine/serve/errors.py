@@ -1,8 +1,9 @@
 """Errors of `tandem serve`, each in the shape of the API it answers: OpenAI's
-`{"error": {message, type, param, code}}` for the OpenAI routes and llama.cpp's, Anthropic's
-`{"type": "error", "error": {type, message}}` for /v1/messages. One exception, ApiError, is
-raised everywhere; the shape is chosen by the request's path, so middlewares (key, origin, body
-size) answer a Claude Code request in Anthropic's envelope too.
+`{"error": {message, type, param, code}}` for the OpenAI routes, llama-server's
+`{"error": {code: the HTTP status, message, type}}` (with `param`) for its own routes (/completion,
+/tokenize, /slots, ...), Anthropic's `{"type": "error", "error": {type, message}}` for
+/v1/messages. One exception, ApiError, is raised everywhere; the shape is chosen by the request's
+path, so middlewares (key, origin, body size) answer a Claude Code request in Anthropic's envelope too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class ClientGone(Exception):
     """The client went away before the reply began (waiting for its turn, or during the prefill)."""
 
 
+# llama-server's own routes (not OpenAI's): their errors carry the HTTP status as `code`, as its do
+LLAMA_ROUTES = ("/completion", "/completions", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
+                "/metrics", "/health")
+
+
 def is_anthropic(path: str) -> bool:
     return path.rstrip("/").startswith(("/v1/messages", "/messages"))
 
@@ -39,6 +45,8 @@ def is_anthropic(path: str) -> bool:
 def error_body(path: str, e: ApiError) -> dict:
     if is_anthropic(path):
         return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(e.status, "api_error"), "message": e.message}}
+    if path.rstrip("/") in LLAMA_ROUTES:
+        return {"error": {"code": e.status, "message": e.message, "type": e.kind, "param": e.param, **e.extra}}
     return {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": e.code, **e.extra}}
 
 
