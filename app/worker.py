@@ -167,6 +167,9 @@ class EngineWorker(QObject):
         if e is None:
             self.failed.emit(rid, "no_model", "")
             return
+        if stopped():  # Stop pressed before this request was picked up
+            self.failed.emit(rid, "cancelled", "")
+            return
         # the local engine may be serving an editor too (tandem serve in the app): its scheduler
         # decodes this reply beside their requests, or queues it (Stop still works while queued)
         self._generate(req, e, stopped)
