@@ -220,6 +220,8 @@ def test_native_completion_probabilities_tokens_and_batches_as_llama_servers(ser
         assert len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["logprob"] >= p["logprob"]
         assert all(set(t) == {"id", "token", "bytes", "logprob"} for t in p["top_logprobs"])
     assert post({"prompt": "a b c d"}).json()["tokens"] == []  # only with return_tokens
+    aliased = post({"prompt": "a b c d", "logprobs": 2}).json()["completion_probabilities"]  # n_probs' other name
+    assert [len(p["top_logprobs"]) for p in aliased] == [2] * 5
     # streamed: a chunk per token, each with its id (and probabilities), the same text and tokens
     with httpx.stream("POST", base + "/completion", timeout=60, json={
             "prompt": "a b c d", "n_predict": 5, "n_probs": 3, "stream": True}) as s:

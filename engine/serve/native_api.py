@@ -99,7 +99,8 @@ class NativeRequest(_Loose):
     grammar: str | None = None
     json_schema: Any = None
     response_format: dict | None = None
-    n_probs: int = Field(default=0, ge=0)
+    n_probs: int | None = Field(default=None, ge=0)
+    logprobs: int | None = Field(default=None, ge=0)  # llama-server's other name for n_probs
     return_tokens: bool = False
     response_fields: list[str] | None = None
     timings_per_token: bool = False
@@ -180,6 +181,10 @@ def _chain(samplers) -> dict:
     return off
 
 
+def n_probs(req: NativeRequest) -> int:
+    return next((v for v in (req.n_probs, req.logprobs) if v is not None), 0)
+
+
 def completion_request(req: NativeRequest, engine) -> CompletionRequest:
     """The request as the OpenAI route's completion request (the same checks); what only
     llama-server has (repeat_last_n, ignore_eos) is applied by `config`."""
@@ -188,11 +193,11 @@ def completion_request(req: NativeRequest, engine) -> CompletionRequest:
     if n == 0:
         raise ApiError(400, "n_predict: 0 (only reading the prompt into the cache) is not done by tandem serve; "
                             "ask for at least one token", code="unsupported_parameter", param="n_predict")
-    if req.n_probs > MAX_LOGPROBS:
+    if n_probs(req) > MAX_LOGPROBS:
         raise ApiError(400, f"n_probs: at most {MAX_LOGPROBS}", param="n_probs")
     body = {"prompt": "", "max_tokens": n if n > 0 else 2**31 - 1, "stop": req.stop,
             "seed": None if req.seed == -1 else req.seed, "grammar": req.grammar, "json_schema": req.json_schema,
-            "response_format": req.response_format, "logprobs": req.n_probs or None, "tandem": req.tandem}
+            "response_format": req.response_format, "logprobs": n_probs(req) or None, "tandem": req.tandem}
     for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:
             body[name] = getattr(req, name)
@@ -310,7 +315,7 @@ def generation_settings(cfg, req: NativeRequest) -> dict:
             "repeat_penalty": sp.repeat_penalty, "presence_penalty": sp.presence_penalty,
             "frequency_penalty": sp.frequency_penalty, "seed": cfg.seed if cfg.seed is not None else -1,
             "stop": rq.stop_strings(req), "ignore_eos": req.ignore_eos, "stream": req.stream,
-            "logit_bias": [{"bias": b, "token": t} for t, b in sp.logit_bias], "n_probs": req.n_probs,
+            "logit_bias": [{"bias": b, "token": t} for t, b in sp.logit_bias], "n_probs": n_probs(req),
             "grammar": cfg.grammar or "", "samplers": [n for n in CHAIN if _on(n, sp)],
             "timings_per_token": req.timings_per_token, "post_sampling_probs": False,
             # what Tandem does not do, at its "off" value
