@@ -94,7 +94,9 @@ class DecodeState:
         n = min(self.top_logprobs, lp.shape[0])
         top = np.argpartition(-lp, n - 1)[:n] if n else np.zeros(0, dtype=np.int64)
         top = top[np.argsort(-lp[top], kind="stable")]
-        return TokenLogprob(float(lp[tok]), [(int(i), float(lp[i])) for i in top])
+        # alternatives the grammar rules out (probability 0, -inf) are not alternatives: listed,
+        # they are also not JSON (a 500 at every API)
+        return TokenLogprob(float(lp[tok]), [(int(i), float(lp[i])) for i in top if np.isfinite(lp[i])])
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
