@@ -102,6 +102,61 @@ def _where(schema, key: str, path: str = "") -> str | None:
     return None
 
 
+_INTERSECTING = ("allOf", "if", "then", "else", "not", "dependentSchemas", "unevaluatedProperties")
+_SCHEMA_KEYS = ("properties", "required", "patternProperties", "additionalProperties", "type", "items")
+
+
+_VALUES = ("enum", "const", "default", "examples")  # JSON values, not schemas
+_NAMED = ("properties", "patternProperties", "$defs", "definitions")  # names -> schemas
+
+
+def _intersects(schema) -> bool:
+    """Whether a schema combines sub-schemas by intersection anywhere (allOf, if/then, or
+    $ref/anyOf/oneOf beside keywords of their own), where closing objects would change which
+    keys are allowed rather than only leave unasked-for keys out."""
+    if isinstance(schema, dict):
+        if any(k in schema for k in _INTERSECTING):
+            return True
+        if any(k in schema for k in ("$ref", "anyOf", "oneOf")) and any(k in schema for k in _SCHEMA_KEYS):
+            return True
+        return any(_intersects(list(v.values()) if k in _NAMED and isinstance(v, dict) else v)
+                   for k, v in schema.items() if k not in _VALUES)
+    if isinstance(schema, list):
+        return any(_intersects(v) for v in schema)
+    return False
+
+
+def _closed(schema):
+    """The schema with `additionalProperties: false` on each object that declares properties and
+    says nothing about others: the reply holds the keys the schema names (as llama-server's and
+    vLLM's converters do, and as tool calls' arguments do here), instead of a model inventing
+    keys until max_tokens. Every such reply still validates against the schema as given; a
+    schema that says `additionalProperties` keeps its word, and one that intersects sub-schemas
+    is left as it is (closing both sides of an allOf would forbid each side's keys)."""
+    if _intersects(schema):
+        return schema
+
+    def close(s):
+        if isinstance(s, list):
+            return [close(v) for v in s]
+        if not isinstance(s, dict):
+            return s
+        out = {}
+        for k, v in s.items():
+            if k in _VALUES:
+                out[k] = v
+            elif k in _NAMED and isinstance(v, dict):  # names -> schemas (a property may be called "properties")
+                out[k] = {name: close(sub) for name, sub in v.items()}
+            else:
+                out[k] = close(v)
+        if isinstance(s.get("properties"), dict) and "additionalProperties" not in s \
+                and "patternProperties" not in s:
+            out["additionalProperties"] = False
+        return out
+
+    return close(schema)
+
+
 def _schema_error(schema, message: str) -> GrammarError:
     """llguidance's complaint about a schema, in words, naming each keyword it cannot enforce and
     where the schema uses it."""
@@ -129,7 +184,7 @@ def from_json_schema(schema) -> str:
         raise GrammarError("a JSON schema is an object (or true / false)")
     _check_schema(parsed)
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(parsed, defaults=JSON_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(_closed(parsed), defaults=JSON_OPTIONS)
     except ValueError as e:
         raise _schema_error(parsed, str(e)) from None
     err = llguidance.LLMatcher.validate_grammar(grammar, None, limits=_limits())

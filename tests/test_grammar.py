@@ -126,6 +126,44 @@ def test_a_recursive_schema_is_a_grammar_not_a_hang():
     assert from_json_schema(tree)
 
 
+def _matches(grammar: str, text: str) -> bool:
+    """Whether a grammar takes `text` whole, read byte by byte (a tokenizer of 256 byte tokens)."""
+    import llguidance
+
+    class Bytes:
+        eos_token_id, bos_token_id = 256, None
+        tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+
+        def __call__(self, b):
+            return list(b)
+
+    m = llguidance.LLMatcher(llguidance.LLTokenizer(llguidance.TokenizerWrapper(Bytes())), grammar)
+    data = list(text.encode())
+    return m.validate_tokens(data) == len(data) and m.consume_tokens(data) and m.is_accepting()
+
+
+def test_objects_hold_the_keys_their_schema_names_unless_it_asks_for_more():
+    """Found on real-world schemas: a schema that declares properties but says nothing of others
+    let a model write invented keys until max_tokens (llama-server's converter leaves them out,
+    as tool calls' arguments here do). An explicit `additionalProperties` keeps its word, and
+    sub-schemas combined by intersection (allOf) are left as they are: closing each would
+    forbid the other's keys."""
+    user = {"type": "object", "properties": {"name": {"type": "string"},
+                                            "address": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    g = from_json_schema(user)
+    assert _matches(g, '{"name": "Ann", "address": {"city": "Oslo"}}')
+    assert not _matches(g, '{"name": "Ann", "age": 3}')
+    assert not _matches(g, '{"address": {"city": "Oslo", "zip": "0150"}}')
+    assert _matches(from_json_schema({**user, "additionalProperties": True}), '{"name": "Ann", "age": 3}')
+    # a property may be called "properties" or "allOf": names, not keywords
+    assert _matches(from_json_schema({"type": "object", "properties": {"properties": {"type": "integer"},
+                                                                       "allOf": {"type": "integer"}}}),
+                    '{"properties": 1, "allOf": 2}')
+    both = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                      {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    assert _matches(from_json_schema(both), '{"a": 1, "b": 2}')
+
+
 def test_a_bad_grammar_is_one_error_before_streaming(engines):
     with pytest.raises(GrammarError, match="not valid GBNF"):
         from_gbnf("root ::= (unclosed")
