@@ -77,29 +77,40 @@ def _check_schema(schema, depth: int = 0, count: list | None = None) -> None:
             _check_schema(v, depth + 1, count)
 
 
-def _where(schema, key: str, path: str = "") -> str | None:
-    """The JSON pointer of the first place `key` is used as a keyword in `schema`."""
+def _where(schema, key: str, path: str = "", value=None) -> str | None:
+    """The JSON pointer of the first place `key` is used as a keyword in `schema` (with the
+    value `value`, when one is given)."""
     if isinstance(schema, dict):
-        if key in schema:
+        if key in schema and (value is None or schema[key] == value):
             return path or "/"
         for k, v in schema.items():
             if k in ("enum", "const", "default", "examples"):
                 continue
             if k in ("properties", "$defs", "definitions", "patternProperties") and isinstance(v, dict):
                 for name, sub in v.items():
-                    found = _where(sub, key, f"{path}/{k}/{name}")
+                    found = _where(sub, key, f"{path}/{k}/{name.replace('~', '~0').replace('/', '~1')}", value)
                     if found:
                         return found
                 continue
-            found = _where(v, key, f"{path}/{k}")
+            found = _where(v, key, f"{path}/{k}", value)
             if found:
                 return found
     elif isinstance(schema, list):
         for i, v in enumerate(schema):
-            found = _where(v, key, f"{path}/{i}")
+            found = _where(v, key, f"{path}/{i}", value)
             if found:
                 return found
     return None
+
+
+# llguidance's complaints that come without the keyword's place: (its words, the keyword, why)
+_UNSUPPORTED = [
+    (r"Unknown format: (.+)", "format", "a format it does not know ({0}): leave it out, or use a 'pattern'"),
+    (r"oneOf constraints are not supported", "oneOf",
+     "branches that may overlap, so exactly one cannot be enforced: use anyOf if any one will do"),
+    (r"min/maxProperties only supported", None,
+     "a property count that can only be enforced when every property it names is required"),
+]
 
 
 _INTERSECTING = ("allOf", "if", "then", "else", "not", "dependentSchemas", "unevaluatedProperties")
@@ -166,6 +177,18 @@ def _schema_error(schema, message: str) -> GrammarError:
         where = ", ".join(f"{k!r} (at {_where(schema, k) or '/'})" for k in keys)
         return GrammarError(f"the JSON schema uses {where}, which Tandem cannot enforce while decoding; "
                             "leave it out, or check it after the reply")
+    for words, key, why in _UNSUPPORTED:
+        m = re.search(words, message)
+        if not m:
+            continue
+        if key == "format":
+            where = _where(schema, "format", value=m.group(1).strip())
+        elif key is None:  # whichever of the two the schema uses
+            key = "minProperties" if _where(schema, "minProperties") else "maxProperties"
+            where = _where(schema, key)
+        else:
+            where = _where(schema, key)
+        return GrammarError(f"the JSON schema uses {key!r} (at {where or '/'}) with {why.format(*m.groups())}"[:400])
     return GrammarError(f"the JSON schema cannot be used: {message.strip()}"[:400])
 
 

@@ -155,6 +155,29 @@ def test_responses_refuse_state_and_foreign_tools_by_name(server):
         c.responses.create(model="g", input="x", tools=[{"type": "web_search"}])
 
 
+WEATHER_FN = {"type": "function", "name": "get_weather", "description": "The weather", "parameters": WEATHER}
+
+
+def test_responses_truncation_auto_drops_the_oldest_turns_and_disabled_refuses(server):
+    """OpenAI's truncation "auto": the oldest items go until the prompt fits with room for the
+    reply; a call stays with its output, the developer message stays. It used to be ignored
+    (an overflow answered 400 whatever the client asked for)."""
+    c = oai(server)
+    long_ago = [{"role": "developer", "content": "Be brief."}]
+    for i in range(12):  # ~12 x 1000 tokens: more than the context's 8192
+        long_ago += [{"role": "user", "content": f"turn {i}: " + "word " * 500},
+                     {"type": "function_call", "call_id": f"c{i}", "name": "get_weather", "arguments": "{}"},
+                     {"type": "function_call_output", "call_id": f"c{i}", "output": "sunny " * 500}]
+    ask = long_ago + [{"role": "user", "content": "And now?"}]
+    with pytest.raises(openai.BadRequestError, match="context"):
+        c.responses.create(model="g", input=ask, max_output_tokens=4, tools=[WEATHER_FN])
+    r = c.responses.create(model="g", input=ask, max_output_tokens=4, tools=[WEATHER_FN], truncation="auto")
+    assert r.status == "incomplete" and r.truncation == "auto"
+    assert 8192 // 2 < r.usage.input_tokens <= 8192 - 8192 // 4  # room for the reply; not more dropped than needed
+    counted = c.responses.input_tokens.count(model="g", input=ask, tools=[WEATHER_FN], truncation="auto")
+    assert counted.input_tokens == r.usage.input_tokens
+
+
 # ---- llama-server's routes ------------------------------------------------------------------
 def test_llama_server_routes_and_extensions(server):
     base = server.url.removesuffix("/v1")

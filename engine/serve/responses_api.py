@@ -11,7 +11,9 @@ out (Gemma 4's template drops earlier thinking). `instructions` is the system me
 as a reasoning item; `text.format` is response_format.
 
 No server-side state: every response says `store: false`, and `previous_response_id` is a 400
-(send the whole conversation in `input`, as Codex and the Agents SDK do). Functions declared in
+(send the whole conversation in `input`, as Codex and the Agents SDK do). `truncation: "auto"`
+drops the oldest input items until the prompt fits the context with room for the reply (up to
+4096 tokens, or max_output_tokens); "disabled", the default, answers an overflow with a 400. Functions declared in
 a namespace (Codex groups some) are offered by their names and their calls come back with
 their namespace; hosted tools (web search, file search) are refused by name. Without
 `max_output_tokens` a response goes on until the model ends or the context is full, as
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import Field
@@ -38,6 +40,8 @@ from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
 
 NO_THINKING = (None, "none", "minimal")
+# truncation "auto" leaves this much of the context for the reply (or max_output_tokens, if less)
+TRUNCATION_ROOM = 4096
 # no max_output_tokens: as OpenAI, until the model ends or the context is full (Codex sends none,
 # and takes a response cut at a default cap as a failed turn); the context bounds it
 UNTIL_CONTEXT = 2**31 - 1
@@ -59,6 +63,7 @@ class ResponsesRequest(_Loose):
     store: bool | None = None  # nothing is kept either way: the response says store false
     previous_response_id: str | None = None
     background: bool | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
     timings_per_token: bool = False
     stop: str | list[str] | None = None  # llama-server's extension, as on chat completions
     tandem: TandemOptions | None = None
@@ -164,6 +169,39 @@ def thinking_of(req: ResponsesRequest) -> bool:
     return (req.reasoning or {}).get("effort", "medium" if req.reasoning else None) not in NO_THINKING
 
 
+def _kept_always(item) -> bool:
+    return isinstance(item, dict) and item.get("type", "message") == "message" \
+        and item.get("role") in ("system", "developer")
+
+
+def _cuts(items: list) -> list[int]:
+    """Where the conversation may start once its oldest items are dropped: at a message or a
+    call, never at a call's output or a reasoning item (left without what they follow)."""
+    return [i for i, it in enumerate(items)
+            if not (isinstance(it, dict) and it.get("type") in ("function_call_output", "reasoning"))]
+
+
+async def truncated(req: ResponsesRequest, fits) -> ResponsesRequest:
+    """With truncation "auto" (OpenAI's meaning): the request with its oldest input items
+    dropped, as few as make the prompt fit the context with room for the reply (`fits(req)`,
+    async). System and developer messages and the instructions stay; a call stays with its
+    output. When even the last turn alone does not fit, the request is left whole (and its
+    overflow is the usual 400)."""
+    if req.truncation != "auto" or isinstance(req.input, str) or await fits(req):
+        return req
+    kept = [it for it in req.input if _kept_always(it)]
+    rest = [it for it in req.input if not _kept_always(it)]
+    cuts = _cuts(rest)[1:]
+    lo, hi = 0, len(cuts)  # the first cut that fits is in cuts[lo:hi] (hi: none does)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await fits(req.model_copy(update={"input": kept + rest[cuts[mid]:]})):
+            hi = mid
+        else:
+            lo = mid + 1
+    return req.model_copy(update={"input": kept + rest[cuts[lo]:]}) if lo < len(cuts) else req
+
+
 def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, str]]:
     """The same request in OpenAI's chat shape (what the chat route takes), thinking, and the
     namespace of each function declared in one."""
@@ -234,24 +272,32 @@ def response(state: ServerState, req: ResponsesRequest, rid: str, created: int, 
         "output": out.items if done else [], "parallel_tool_calls": req.parallel_tool_calls,
         "tool_choice": req.tool_choice or "auto", "tools": req.tools or [], "temperature": req.temperature,
         "top_p": req.top_p, "text": req.text or {"format": {"type": "text"}}, "reasoning": req.reasoning,
-        "usage": usage(r) if done else None, **fields})
+        "truncation": req.truncation, "usage": usage(r) if done else None, **fields})
 
 
 def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/responses/input_tokens")
-    @r.post("/responses/input_tokens")
-    async def input_tokens(req: ResponsesRequest):
+    async def prompt_tokens(req: ResponsesRequest) -> int:
         engine = state.engine()
         chat, thinking, _ = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        n = await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
-        return rs.InputTokens(input_tokens=n)
+        return await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
+
+    async def fits(req: ResponsesRequest) -> bool:
+        n_ctx = state.engine().n_ctx
+        room = min(req.max_output_tokens or TRUNCATION_ROOM, TRUNCATION_ROOM, n_ctx // 4)
+        return await prompt_tokens(req) + room <= n_ctx
+
+    @r.post("/v1/responses/input_tokens")
+    @r.post("/responses/input_tokens")
+    async def input_tokens(req: ResponsesRequest):
+        return rs.InputTokens(input_tokens=await prompt_tokens(await truncated(req, fits)))
 
     @r.post("/v1/responses")
     @r.post("/responses")
     async def responses(req: ResponsesRequest, request: Request):
+        req = await truncated(req, fits)
         chat, thinking, spaces = chat_request(req)
         t0 = time.perf_counter()
         choice = await open_chat(state, request, chat, thinking)

@@ -107,7 +107,7 @@ class Response(Shape):
     top_p: float | None
     text: dict
     reasoning: dict | None
-    truncation: Literal["disabled"] = "disabled"
+    truncation: Literal["auto", "disabled"] = "disabled"
     metadata: dict = {}
     usage: Usage | None
     timings: Timings | None = absent()  # not OpenAI's: llama-server's, on a whole response
