@@ -1,6 +1,6 @@
 """Structured output as users ask for it, through a real `tandem serve` (the tiny pair with
 Gemma 4's real template) and the real client libraries: instructor in JSON-schema and tools
-modes, and the openai SDK's `parse`, with a bounded integer, a Literal and a bounded nested
+modes, pydantic-ai (tool and native output), and the openai SDK's `parse`, with a bounded integer, a Literal and a bounded nested
 list. The random test model's values are whatever the grammar lets through: each reply must
 validate as the pydantic model says (no retries), with drafting on and off alike."""
 
@@ -79,3 +79,23 @@ def test_logprobs_under_a_schema_list_only_what_the_schema_allows(tools_server):
     content = r.choices[0].logprobs.content
     assert content[0].token == "{" and [t.token for t in content[0].top_logprobs] == ["{"]
     assert all(len(t.top_logprobs) <= 5 and all(a.logprob > float("-inf") for a in t.top_logprobs) for t in content)
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+def test_pydantic_ai_gets_a_valid_model(tools_server, mode):
+    """pydantic-ai's structured output through its OpenAI provider: by default a forced
+    `final_result` tool call, or (NativeOutput) response_format json_schema. No retries: the
+    first reply must validate."""
+    ai = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(_model(tools_server), provider=OpenAIProvider(openai_client=_client_async(tools_server)))
+    output = Rating if mode == "tool" else ai.NativeOutput(Rating)
+    agent = ai.Agent(model, output_type=output, retries=0, model_settings={"max_tokens": 200, "temperature": 0})
+    r = agent.run_sync("Rate the film Alien (1979).").output
+    assert isinstance(r, Rating) and 1 <= r.stars <= 5 and r.mood in ("good", "bad") and len(r.scores) <= 3
+
+
+def _client_async(server):
+    return openai.AsyncOpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=120)
