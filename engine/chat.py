@@ -17,6 +17,8 @@ from .errors import TemplateError
 from .template_sandbox import max_output_chars, shared_renderer
 
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")  # passed to the template when a message has them
+# also passed when present: an assistant's earlier thinking (the template decides whether it shows)
+MESSAGE_FIELDS = (*TOOL_FIELDS, "reasoning_content")
 CHANNEL_OPEN = "<|channel>"
 CHANNEL_CLOSE = "<channel|>"
 
@@ -40,14 +42,15 @@ class ChatTemplate:
         """Render in the sandbox process (bounded time, memory and output; see
         template_sandbox). `should_stop` is polled while waiting: True abandons the render.
         `tools` (OpenAI function declarations) and the messages' tool fields (an assistant's
-        `tool_calls`, a tool message's `tool_call_id` and `name`) go to the template as given."""
+        `tool_calls`, a tool message's `tool_call_id` and `name`) and an assistant's earlier
+        thinking (`reasoning_content`) go to the template as given."""
         out = []
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("content"), str):
                 raise TemplateError("a chat message must be a {'role': ..., 'content': text} mapping")
             if m.get("role") not in ("system", "user", "assistant", "tool"):
                 raise TemplateError(f"unknown message role {m.get('role')!r}")
-            out.append({k: m[k] for k in ("role", "content", *TOOL_FIELDS) if k in m})
+            out.append({k: m[k] for k in ("role", "content", *MESSAGE_FIELDS) if k in m})
         variables = {
             "messages": out,
             "add_generation_prompt": add_generation_prompt,

@@ -35,8 +35,8 @@ class RenderCancelled(TemplateError):
 
 def max_output_chars(messages: list[dict]) -> int:
     """A prompt is the messages plus markup: anything far longer is a runaway template."""
-    return BASE_OUTPUT_CHARS + 4 * sum(len(m.get("content", "")) + len(json.dumps(m.get("tool_calls") or ""))
-                                       for m in messages)
+    return BASE_OUTPUT_CHARS + 4 * sum(len(m.get("content", "")) + len(m.get("reasoning_content") or "")
+                                       + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
 
 
 # ---- the helper process ------------------------------------------------------------------

@@ -353,3 +353,35 @@ def test_a_prompt_over_the_context_says_its_size_as_llama_server_does(server):
     err = r.json()["error"]
     assert r.status_code == 400 and err["type"] == "exceed_context_size_error"
     assert err["n_ctx"] == 8192 and err["n_prompt_tokens"] > 8192
+
+
+def test_earlier_thinking_reaches_the_template_as_the_messages_reasoning(server):
+    """Anthropic's thinking blocks and OpenAI's reasoning_content of an earlier assistant turn are
+    the message's reasoning, as llama-server maps them; the model's template decides what it shows
+    (Gemma 4's: the thinking of tool-calling turns since the last user message)."""
+    base = server.url.removesuffix("/v1")
+    use = {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}
+    def count(blocks):
+        return claude(server).messages.count_tokens(model="g", tools=[TOOL], messages=[
+            ASK[0], {"role": "assistant", "content": blocks},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]}],
+        ).input_tokens
+    thought = {"type": "thinking", "thinking": "I should look the weather up first.", "signature": "x"}
+    assert count([thought, use]) > count([use])
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    prompt = httpx.post(base + "/apply-template", timeout=60, json={"messages": [
+        ASK[0], {"role": "assistant", "content": "", "reasoning_content": "Look it up.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}).json()["prompt"]
+    assert "<|channel>thought\nLook it up.\n<channel|>" in prompt
+
+
+def test_debug_dumps_and_prompt_progress_are_refused_by_name(server):
+    base = server.url.removesuffix("/v1")
+    for path, body in (("/chat/completions", {"messages": ASK, "max_tokens": 2}),
+                       ("/v1/completions", {"prompt": "a", "max_tokens": 2}),
+                       ("/v1/responses", {"input": "a", "max_output_tokens": 2}),
+                       ("/v1/messages", {"messages": ASK, "max_tokens": 2})):
+        for field in ("verbose", "return_progress"):
+            r = httpx.post(base + path, json={**body, field: True}, timeout=60)
+            assert r.status_code == 400 and field in r.text, (path, field)
+        assert httpx.post(base + path, json={**body, "verbose": False}, timeout=60).status_code == 200

@@ -52,6 +52,8 @@ class MessagesRequest(_Loose):
     # llama-server's `timings` (with Tandem's draft counts) are not Anthropic's: only when asked
     timings_per_token: bool = False
     tandem: TandemOptions | None = None
+    verbose: bool | None = None  # llama-server's, refused when true (as on chat completions)
+    return_progress: bool | None = None
 
 
 def _text(blocks, where: str) -> str:
@@ -101,7 +103,7 @@ def _message(m: dict, i: int) -> list[dict]:
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise ApiError(400, f"{where}.content must be text or a list of content blocks", param=f"{where}.content")
-    parts, calls, results = [], [], []
+    parts, calls, results, thought = [], [], [], []
     for j, b in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = b.get("type") if isinstance(b, dict) else None
@@ -114,15 +116,21 @@ def _message(m: dict, i: int) -> list[dict]:
                           "function": {"name": b.get("name"), "arguments": b.get("input") or {}}})
         elif kind == "tool_result" and role == "user":
             results.append(_tool_result(b, at))
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # earlier thinking is not shown to the model again (Gemma 4's template drops it)
+        elif kind == "thinking" and role == "assistant":
+            # the message's reasoning, as llama-server maps it: the template decides what it shows
+            # (Gemma 4's: the thinking of tool-calling turns since the last user message)
+            thought.append(str(b.get("thinking") or ""))
+        elif kind == "redacted_thinking" and role == "assistant":
+            continue  # encrypted by Anthropic for its own models: nothing here can read it
         else:
             raise ApiError(400, f"{at}: content blocks of type {str(kind)[:40]!r} are not supported in {role} "
                                 "messages (text, image, tool_use, tool_result, thinking)", param=f"{at}.type")
     out = list(results)
-    if parts or calls or not results:
+    if parts or calls or "".join(thought) or not results:
         msg: dict[str, Any] = {"role": role, "content": parts if any(p["type"] != "text" for p in parts)
                                else "".join(p["text"] for p in parts)}
+        if "".join(thought):
+            msg["reasoning_content"] = "".join(thought)
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
@@ -190,7 +198,8 @@ def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
     choice, parallel = _tool_choice(req.tool_choice)
     body = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens, "stop": req.stop_sequences,
             "tools": _tools(req.tools), "tool_choice": choice, "parallel_tool_calls": parallel,
-            "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem}
+            "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
+            "verbose": req.verbose, "return_progress": req.return_progress}
     for name in ("temperature", "top_p", "top_k"):
         value = getattr(req, name)
         if value is not None:

@@ -41,6 +41,10 @@ class ChatMessage(_Loose):
     tool_calls: list[dict] | None = None  # an assistant's calls
     tool_call_id: str | None = None  # a tool's answer to one of them
     name: str | None = None
+    # an assistant's earlier thinking (llama-server's field; `reasoning` is vLLM's and OpenRouter's):
+    # given to the template, which decides what it shows
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class StreamOptions(_Loose):
@@ -77,6 +81,9 @@ class Sampling(_Loose):
     suffix: str | None = None
     functions: list | None = None
     function_call: Any = None
+    # llama-server's: a dump of the request's internals (__verbose) and prompt-progress events
+    verbose: bool = False
+    return_progress: bool = False
 
 
 class ChatRequest(Sampling):
@@ -139,6 +146,10 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         raise unsupported("best_of", "use n for several choices")
     if req.suffix:
         raise unsupported("suffix")
+    if req.verbose:
+        raise unsupported("verbose", "it writes no __verbose dump of the request's internals")
+    if req.return_progress:
+        raise unsupported("return_progress", "it sends no prompt progress")
     if req.functions or req.function_call not in (None, "none", "auto"):
         raise unsupported("functions" if req.functions else "function_call", "use tools and tool_choice")
     # max_tokens is a bound, as llama-server takes it: agents ask for 32000 whatever the context,
@@ -310,6 +321,12 @@ def messages(req: ChatRequest) -> list[dict]:
         msg = {"role": role, "content": text}
         if media:
             msg["media"] = media
+        reasoning = m.reasoning_content or m.reasoning
+        if reasoning and role == "assistant":
+            msg["reasoning_content"] = reasoning
+        elif reasoning:
+            raise ApiError(400, f"messages[{i}]: only an assistant message has reasoning_content (its thinking)",
+                           param=f"messages[{i}].reasoning_content")
         if role == "assistant" and m.tool_calls:
             msg["tool_calls"] = [_earlier_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)]
             calls.update((c["id"], c["function"]["name"]) for c in msg["tool_calls"])

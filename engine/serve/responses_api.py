@@ -67,6 +67,8 @@ class ResponsesRequest(_Loose):
     timings_per_token: bool = False
     stop: str | list[str] | None = None  # llama-server's extension, as on chat completions
     tandem: TandemOptions | None = None
+    verbose: bool | None = None  # llama-server's, refused when true (as on chat completions)
+    return_progress: bool | None = None
 
 
 def _parts(content, where: str):
@@ -217,7 +219,7 @@ def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, st
             "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
             "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
-            "stop": req.stop}
+            "stop": req.stop, "verbose": req.verbose, "return_progress": req.return_progress}
     return rq.translated(ChatRequest, body), thinking, spaces
 
 
