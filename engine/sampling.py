@@ -25,7 +25,7 @@ class SamplingParams:
     repeat_last_n: int = 64
     presence_penalty: float = 0.0  # subtracted once from each token seen (OpenAI's)
     frequency_penalty: float = 0.0  # subtracted once per time each token was seen
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit; -inf: never sampled)
 
     @property
     def greedy(self) -> bool:
@@ -62,8 +62,8 @@ class SamplingParams:
             if not math.isfinite(v) or not -2.0 <= v <= 2.0:
                 raise ValueError(f"{name} must be between -2 and 2")
         for tok, bias in self.logit_bias:
-            if not isinstance(tok, int) or tok < 0 or not math.isfinite(bias) or not -100 <= bias <= 100:
-                raise ValueError("logit_bias maps token ids to numbers between -100 and 100")
+            if not isinstance(tok, int) or tok < 0 or not (-100 <= bias <= 100 or bias == -math.inf):
+                raise ValueError("logit_bias maps token ids to numbers between -100 and 100 (or -inf: a ban)")
 
 
 def apply_penalty(logits: np.ndarray, recent: np.ndarray, penalty: float) -> np.ndarray:

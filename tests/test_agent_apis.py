@@ -275,14 +275,15 @@ def test_native_completion_sampling_as_llama_server_takes_it(server):
     # logit_bias by token text (each of its tokens), by id, and false (a ban), in both of llama-server's forms
     word = plain["content"][:2]
     banned = httpx.post(base + "/tokenize", json={"content": word}).json()["tokens"]
-    for bias in ([[word, -100]], {word: -100}, [[banned[0], False]], {str(banned[0]): -100}):
+    for bias, said in (([[word, -100]], -100.0), ({word: -100}, -100.0), ([[banned[0], False]], None),
+                       ({str(banned[0]): -100}, -100.0)):
         r = post({"logit_bias": bias, "return_tokens": True}).json()
         assert banned[0] not in r["tokens"], bias
-        assert {"bias": -100.0, "token": banned[0]} in r["generation_settings"]["logit_bias"]
-    # ignore_eos bans the end-of-generation tokens: the reply runs to n_predict
+        assert {"bias": said, "token": banned[0]} in r["generation_settings"]["logit_bias"]  # a ban: -inf, null
+    # ignore_eos bans the end-of-generation tokens (-inf, null in JSON): the reply runs to n_predict
     eos = post({"ignore_eos": True}).json()
     assert eos["generation_settings"]["ignore_eos"] and eos["generation_settings"]["logit_bias"]
-    assert all(b["bias"] == -100.0 for b in eos["generation_settings"]["logit_bias"])
+    assert all(b["bias"] is None for b in eos["generation_settings"]["logit_bias"])
     assert eos["tokens_predicted"] == 8 and eos["stop_type"] == "limit"
     # samplers: the ones left out are off; an order Tandem does not apply is refused
     kept = post({"samplers": ["penalties", "top_k", "temperature"], "temperature": 0.7, "top_p": 0.5, "seed": 1})

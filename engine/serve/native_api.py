@@ -34,7 +34,7 @@ from .choice import Choice, merged, off_loop, open_together, timings
 from .errors import ApiError, from_exception
 from .request import MAX_CHOICES, CompletionRequest, _Loose
 
-BAN = -100.0  # the strongest bias the sampler takes: llama-server's `false` (and ignore_eos) ban a token
+BAN = float("-inf")  # llama-server's `false` (and ignore_eos): the token is never sampled (null in JSON)
 
 # llama-server's fields for what Tandem does not do, with what says "off" there: any other value
 # is a 400 naming the field. Fields that act only through one of these (dry_base with
@@ -221,9 +221,15 @@ async def config(engine, state: ServerState, req: NativeRequest):
     bias = await off_loop(token_bias, engine, req.logit_bias)
     if req.ignore_eos:
         bias.update((t, BAN) for t in await off_loop(eog_tokens, engine))
-    # the bias goes through the OpenAI route's check (ids in the vocabulary, -100..100)
-    cfg = rq.config(engine, creq.model_copy(update={"logit_bias": {str(t): b for t, b in bias.items()} or None}),
-                    "text", state.draft_max)
+    # the bias goes through the OpenAI route's check (ids in the vocabulary, -100..100); bans after it
+    bans = tuple((t, b) for t, b in bias.items() if b == BAN)
+    cfg = rq.config(engine, creq.model_copy(update={"logit_bias": {str(t): b for t, b in bias.items()
+                                                                   if b != BAN} or None}), "text", state.draft_max)
+    if bans:
+        if any(t >= engine.n_vocab or t < 0 for t, _ in bans):
+            raise ApiError(400, f"logit_bias names a token outside the vocabulary (0..{engine.n_vocab - 1})",
+                           param="logit_bias")
+        cfg = replace(cfg, sampling=replace(cfg.sampling, logit_bias=cfg.sampling.logit_bias + bans))
     if req.repeat_last_n is not None:
         last_n = engine.n_ctx if req.repeat_last_n == -1 else req.repeat_last_n
         cfg = replace(cfg, sampling=replace(cfg.sampling, repeat_last_n=last_n))
@@ -315,7 +321,8 @@ def generation_settings(cfg, req: NativeRequest) -> dict:
             "repeat_penalty": sp.repeat_penalty, "presence_penalty": sp.presence_penalty,
             "frequency_penalty": sp.frequency_penalty, "seed": cfg.seed if cfg.seed is not None else -1,
             "stop": rq.stop_strings(req), "ignore_eos": req.ignore_eos, "stream": req.stream,
-            "logit_bias": [{"bias": b, "token": t} for t, b in sp.logit_bias], "n_probs": n_probs(req),
+            "logit_bias": [{"bias": b if b != BAN else None, "token": t} for t, b in sp.logit_bias],
+            "n_probs": n_probs(req),
             "grammar": cfg.grammar or "", "samplers": [n for n in CHAIN if _on(n, sp)],
             "timings_per_token": req.timings_per_token, "post_sampling_probs": False,
             # what Tandem does not do, at its "off" value
