@@ -102,6 +102,8 @@ class TargetRunner:
         self.n_out = 0  # of which flagged for output
         self.memory = lib.llama_get_memory(ctx)
         self.llama_s = 0.0  # seconds spent inside llama_decode (+ sync)
+        self.n_decodes = 0  # llama_decode calls, and the sequences in them all told (/metrics)
+        self.n_busy = 0
         self.h_enabled = False
 
     def set_hidden_output(self, on: bool) -> None:
@@ -152,6 +154,8 @@ class TargetRunner:
         self.llama_s += time.perf_counter() - t0
         if rc != 0:
             raise EngineError(f"llama_decode failed on the target (code {rc})")
+        self.n_decodes += 1
+        self.n_busy += int(np.unique(self._seq[:self.n]).size)
 
     def logits(self, i: int) -> np.ndarray:
         """Logits row i of the last decode (a view: copy before the next decode)."""

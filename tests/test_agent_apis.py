@@ -326,6 +326,14 @@ def test_llama_servers_slots_and_metrics_as_its_clients_read_them(server):
     t = httpx.post(base + "/completion", json={"prompt": "a b c", "n_predict": 6}, timeout=60).json()["timings"]
     assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / 5)  # the first token comes with the prompt
     assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
+    # llama-server's decode counters: calls of the model, the longest sequence, drafts, busy sequences
+    text = httpx.get(base + "/metrics").text
+    for name, kind in (("n_decode_total", "counter"), ("n_tokens_max", "counter"),
+                       ("spec_decode_num_drafts_total", "counter"), ("n_busy_slots_per_decode", "gauge")):
+        assert f"# HELP llamacpp:{name} " in text and f"# TYPE llamacpp:{name} {kind}" in text, name
+    value = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines() if ln.startswith("llamacpp:")}
+    assert value["llamacpp:n_decode_total"] > 0 and value["llamacpp:spec_decode_num_drafts_total"] > 0
+    assert value["llamacpp:n_tokens_max"] >= t["prompt_n"] + 6 and value["llamacpp:n_busy_slots_per_decode"] >= 1
 
 
 def test_grammar_and_json_schema_extensions_are_honoured_and_checked(server):

@@ -30,6 +30,8 @@ class Totals:
     predicted_seconds: float = 0.0
     drafted: Counter = field(default_factory=Counter)  # by source: mtp, lookup
     accepted: Counter = field(default_factory=Counter)
+    drafts: int = 0  # verify steps that had a draft
+    n_tokens_max: int = 0  # the longest sequence: prompt and reply
 
     def add(self, api: str, stats) -> None:
         self.requests[api] += 1
@@ -42,6 +44,8 @@ class Totals:
         self.drafted["lookup"] += stats.lookup_draft_tokens
         self.accepted["mtp"] += stats.mtp_accepted_tokens
         self.accepted["lookup"] += stats.lookup_accepted_tokens
+        self.drafts += stats.drafted_at[0] if stats.drafted_at else 0
+        self.n_tokens_max = max(self.n_tokens_max, stats.prompt_tokens + stats.generated_tokens)
 
 
 @dataclass

@@ -208,6 +208,16 @@ def prometheus(state: ServerState) -> str:
          [("", sum(t.drafted.values()))])
     item("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
          "Speculative: Total draft tokens accepted by the target model", [("", sum(t.accepted.values()))])
+    item("llamacpp:spec_decode_num_drafts_total", "counter", "Speculative: Total number of drafts (steps that "
+         "verified a draft)", [("", t.drafts)])
+    target = getattr(getattr(state.engine_getter(), "rt", None), "target", None)  # None: no model, or a remote one
+    decodes, busy = getattr(target, "n_decodes", 0), getattr(target, "n_busy", 0)
+    item("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls (of the model, for any "
+         "request since it was loaded)", [("", decodes)])
+    item("llamacpp:n_tokens_max", "counter", "Largest observed n_tokens (prompt and reply of one request)",
+         [("", t.n_tokens_max)])
+    item("llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots (sequences) per llama_decode() "
+         "call", [("", busy / decodes if decodes else 0.0)])
     item("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
          [("", t.prompt_tokens / t.prompt_seconds if t.prompt_seconds else 0.0)])
     item("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
