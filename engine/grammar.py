@@ -33,6 +33,9 @@ MAX_SCHEMA_DEPTH = 24
 MAX_SCHEMA_NODES = 4000
 MAX_ENUM_VALUES = 1000
 MAX_GRAMMAR_BYTES = 256 * 1024
+# a number a schema does not bound stays within this: the largest integer a JSON parser (a double)
+# holds exactly, 16 digits
+MAX_UNBOUNDED = 2**53 - 1
 # JSON's whitespace between tokens, as llama.cpp's converter allows it (a space, or one or two
 # newlines and an indent): bounded, so a model that keeps writing spaces or newlines inside an
 # object still reaches its end within max_tokens
@@ -137,19 +140,28 @@ def _intersects(schema) -> bool:
     return False
 
 
-def _closed(schema):
-    """The schema with `additionalProperties: false` on each object that declares properties and
-    says nothing about others: the reply holds the keys the schema names (as llama-server's and
-    vLLM's converters do, and as tool calls' arguments do here), instead of a model inventing
-    keys until max_tokens. Every such reply still validates against the schema as given; a
-    schema that says `additionalProperties` keeps its word, and one that intersects sub-schemas
-    is left as it is (closing both sides of an allOf would forbid each side's keys)."""
-    if _intersects(schema):
-        return schema
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-    def close(s):
+
+def _tightened(schema):
+    """The schema as Tandem decodes it: what it allows, less what a model could only run on
+    with until max_tokens; every reply still validates against the schema as given.
+    - `additionalProperties: false` on each object that declares properties and says nothing
+      about others (as llama-server's and vLLM's converters do, and tool calls' arguments here):
+      the reply holds the keys the schema names instead of invented ones. Not where that would
+      change which keys are allowed: a schema that says `additionalProperties` keeps its word,
+      an object that requires a key it does not declare stays open, and so does every object
+      of a schema that intersects sub-schemas (closing both sides of an allOf would forbid each
+      side's keys).
+    - numbers without bounds stay within ±(2^53 - 1), at most 16 digits before any decimal point
+      (llama.cpp's converter and tool calls' arguments here allow 16): a model writing digits
+      does not write them forever."""
+    may_close = not _intersects(schema)
+
+    def tighten(s):
         if isinstance(s, list):
-            return [close(v) for v in s]
+            return [tighten(v) for v in s]
         if not isinstance(s, dict):
             return s
         out = {}
@@ -157,15 +169,24 @@ def _closed(schema):
             if k in _VALUES:
                 out[k] = v
             elif k in _NAMED and isinstance(v, dict):  # names -> schemas (a property may be called "properties")
-                out[k] = {name: close(sub) for name, sub in v.items()}
+                out[k] = {name: tighten(sub) for name, sub in v.items()}
             else:
-                out[k] = close(v)
-        if isinstance(s.get("properties"), dict) and "additionalProperties" not in s \
-                and "patternProperties" not in s:
+                out[k] = tighten(v)
+        props = s.get("properties")
+        if may_close and isinstance(props, dict) and "additionalProperties" not in s and "patternProperties" not in s \
+                and all(k in props for k in s.get("required") or [] if isinstance(k, str)):
             out["additionalProperties"] = False
+        types = s.get("type") if isinstance(s.get("type"), list) else [s.get("type")]
+        if ("number" in types or "integer" in types) and not any(k in s for k in ("enum", "const")):
+            lo = [v for k in ("minimum", "exclusiveMinimum") if _number(v := s.get(k))]
+            hi = [v for k in ("maximum", "exclusiveMaximum") if _number(v := s.get(k))]
+            if not lo and not any(k in s for k in ("minimum", "exclusiveMinimum")) and min(hi, default=0) > -MAX_UNBOUNDED:
+                out["minimum"] = -MAX_UNBOUNDED
+            if not hi and not any(k in s for k in ("maximum", "exclusiveMaximum")) and max(lo, default=0) < MAX_UNBOUNDED:
+                out["maximum"] = MAX_UNBOUNDED
         return out
 
-    return close(schema)
+    return tighten(schema)
 
 
 def _schema_error(schema, message: str) -> GrammarError:
@@ -207,7 +228,7 @@ def from_json_schema(schema) -> str:
         raise GrammarError("a JSON schema is an object (or true / false)")
     _check_schema(parsed)
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(_closed(parsed), defaults=JSON_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(_tightened(parsed), defaults=JSON_OPTIONS)
     except ValueError as e:
         raise _schema_error(parsed, str(e)) from None
     err = llguidance.LLMatcher.validate_grammar(grammar, None, limits=_limits())

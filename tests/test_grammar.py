@@ -166,6 +166,17 @@ def test_objects_hold_the_keys_their_schema_names_unless_it_asks_for_more():
     both = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
                       {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
     assert _matches(from_json_schema(both), '{"a": 1, "b": 2}')
+    # an object that requires a key it does not declare stays open (closed, it could never be written)
+    assert _matches(from_json_schema({"type": "object", "properties": {"a": {}}, "required": ["id"]}), '{"id": 1}')
+
+
+def test_unbounded_numbers_stop_at_16_digits_before_the_point():
+    """Found on real-world schemas: a random model wrote "6868686868..." until max_tokens. As
+    llama.cpp's converter and tool calls' arguments: 16 digits; a schema's own bounds stand."""
+    g = from_json_schema({"type": "object", "properties": {"n": {"type": "number"}, "i": {"type": ["integer", "null"]}}})
+    assert _matches(g, '{"n": -1234567890123456.5, "i": 9007199254740991}')
+    assert not _matches(g, '{"n": 12345678901234567}') and not _matches(g, '{"i": 9007199254740992}')
+    assert _matches(from_json_schema({"type": "integer", "minimum": 10**17}), str(10**17 + 1))
 
 
 def test_a_bad_grammar_is_one_error_before_streaming(engines):
