@@ -13,6 +13,11 @@ PY=${PYTHON:-python3}
 extras=""
 [ "${1:-}" = "--dev" ] && extras="[test]"
 
+# Python 3.11 or newer (the MCP client uses its exception groups): said at once, not after minutes of compiling
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "Tandem needs Python 3.11 or newer; $PY is $("$PY" --version 2>&1 || echo 'missing'). Run: PYTHON=python3.11 bash packaging/install.sh" >&2
+  exit 2
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip wheel
 
