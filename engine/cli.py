@@ -169,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve the model as a local OpenAI-compatible API (for editors)")
     _add_load_args(sv, remote=False)
     sv.add_argument("--api-key", help="the key clients must send (Authorization: Bearer KEY); default: none")
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this "
-                    "computer only; any other needs --api-key)")
+    sv.add_argument("--host", nargs="+", default=["127.0.0.1"], metavar="HOST", help="addresses to listen on "
+                    "(default 127.0.0.1: this computer only; any other needs --api-key)")
     sv.add_argument("--port", type=_port, default=8080)
     sv.add_argument("--draft-max", type=_draft_length, default=AUTO,
                     help="draft length for requests that do not choose (default auto)")
@@ -179,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--parallel", type=_positive(), default=DEFAULT_PARALLEL,
                     help="requests decoded together, in one batch per step (default 4)")
     sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait beyond those (default 4)")
-    sv.add_argument("--name", help="the model name clients see (default: the file's name)")
+    sv.add_argument("--name", nargs="+", metavar="NAME", help="the model name clients see (default: the file's "
+                    "name); more names: its aliases, which /v1/models lists too")
+    sv.add_argument("--tags", nargs="+", default=[], metavar="TAG", help="labels /v1/models lists for the model")
 
     mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
     msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
@@ -510,14 +512,18 @@ def cmd_serve(args) -> int:
 
     from .serve import check_host, run
 
-    check_host(args.host, args.api_key)  # before loading anything
-    _check_port_free(args.host, args.port)
+    hosts = list(dict.fromkeys(args.host))
+    for host in hosts:  # before loading anything
+        check_host(host, args.api_key)
+        _check_port_free(host, args.port)
     engine = _load(args)
     try:
-        name = args.name or Path(args.model).stem
+        name, *aliases = args.name or [Path(args.model).stem]
+        where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
-              f"at http://{args.host}:{args.port}/v1", flush=True)
-        run(engine, name, args.host, args.port, args.api_key, args.cors, args.queue, args.draft_max)
+              f"at {where}", flush=True)
+        run(engine, name, hosts, args.port, args.api_key, args.cors, args.queue, args.draft_max,
+            aliases=aliases, tags=args.tags)
     finally:
         engine.close()
     return 0

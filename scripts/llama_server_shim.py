@@ -70,13 +70,19 @@ def tandem_args(opts, target: str, drafter: str | None) -> list[str]:
     args = [os.environ.get("SHIM_TANDEM", "tandem"), "serve", "-m", target]
     if drafter:
         args += ["-d", drafter]
-    mapped = {"--port": "--port", "--host": "--host", "--ctx-size": "--ctx", "-c": "--ctx",
+    mapped = {"--port": "--port", "--ctx-size": "--ctx", "-c": "--ctx",
               "--parallel": "--parallel", "-np": "--parallel", "--api-key": "--api-key",
-              "--alias": "--name", "-a": "--name", "--threads": "--threads", "-t": "--threads",
-              "--spec-draft-n-max": "--draft-max"}
+              "--threads": "--threads", "-t": "--threads", "--spec-draft-n-max": "--draft-max"}
+    # llama-server's comma lists: tandem's options take several values
+    lists = {"--host": "--host", "--tags": "--tags", "--alias": "--name", "-a": "--name"}
     for k, v in opts:
         if k in mapped and v is not None:
             args += [mapped[k], v]
+        elif k in lists and v:
+            values = [x.strip() for x in v.split(",") if x.strip()]
+            if lists[k] == "--name":  # llama-server's id is the first alias in sorted order (a std::set)
+                values.sort()
+            args += [lists[k], *values]
         elif k == "--cors-origins" and v:
             args += ["--cors", *[o.strip() for o in v.split(",") if o.strip()]]
         elif k == "--verbose":

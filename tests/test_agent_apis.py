@@ -394,3 +394,26 @@ def test_debug_dumps_and_prompt_progress_are_refused_by_name(server):
             r = httpx.post(base + path, json={**body, field: True}, timeout=60)
             assert r.status_code == 400 and field in r.text, (path, field)
         assert httpx.post(base + path, json={**body, "verbose": False}, timeout=60).status_code == 200
+
+
+def test_serve_on_several_addresses_with_aliases_and_tags(gemma4_tools):
+    """llama-server's --host a,b, --alias and --tags: tandem serve --host, --name and --tags take
+    several; /v1/models names the first name as the id and lists every name and tag."""
+    import socket
+
+    from .test_serve import Serve
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    s = Serve(gemma4_tools, "--host", "127.0.0.1", "::1", "--name", "code", "fim", "--tags", "chat", "small",
+              drafter=False)
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            listed = httpx.get(f"http://{host}:{s.port}/v1/models", timeout=10).json()["data"][0]
+            assert listed["id"] == "code" and listed["aliases"] == ["code", "fim"]
+            assert listed["tags"] == ["chat", "small"]
+    finally:
+        s.stop()

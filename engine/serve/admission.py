@@ -61,6 +61,8 @@ class ServerState:
     on_log: Callable[[dict], None] | None = None  # one entry per finished request
     active: int = 0  # generations of this server's requests, from admission to their end
     totals: Totals = field(default_factory=Totals)
+    aliases: list[str] = field(default_factory=list)  # other names of the model, and its labels (/v1/models)
+    tags: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -27,12 +27,12 @@ from ..generation import AUTO
 from . import anthropic_api, llama_api, native_api, openai_api, responses_api
 from .admission import RETRY_AFTER_S, ServerState, api_of, log_line
 from .errors import ApiError, error_response
-from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, uvicorn_config
+from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, listening_socket, uvicorn_config
 
 
 def create_app(state: ServerState, cors: list[str] | str | None = None, max_body: int = MAX_BODY_BYTES,
-               host: str = "127.0.0.1") -> FastAPI:
-    """`host`: the address served on; on a loopback one, only loopback Host names are answered.
+               host: str | list[str] = "127.0.0.1") -> FastAPI:
+    """`host`: the addresses served on; on loopback ones only, only loopback Host names are answered.
     `cors`: the browser origins allowed (exact, `*`, or `localhost` for any page of this computer)."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     add_middlewares(app, state.api_key, Origins([cors] if isinstance(cors, str) else cors), max_body, host)
@@ -69,16 +69,21 @@ def create_app(state: ServerState, cors: list[str] | str | None = None, max_body
     return app
 
 
-def run(engine, model_name: str, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-        cors: list[str] | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning") -> None:
-    """Serve until interrupted (the CLI's `tandem serve`)."""
+def run(engine, model_name: str, host: str | list[str] = "127.0.0.1", port: int = 8080, api_key: str | None = None,
+        cors: list[str] | None = None, queue_size: int = 4, draft_max=AUTO, log_level: str = "warning",
+        aliases: list[str] = (), tags: list[str] = ()) -> None:
+    """Serve until interrupted (the CLI's `tandem serve`), on one address or several (llama-server's
+    --host a,b); `aliases` and `tags`: what /v1/models lists beside the name."""
     import uvicorn
 
-    check_host(host, api_key)
+    hosts = [host] if isinstance(host, str) else list(host)
+    for h in hosts:
+        check_host(h, api_key)
 
     state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max,
-                        on_log=lambda e: print(log_line(e), flush=True))
-    uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port, log_level=log_level)).run()
+                        on_log=lambda e: print(log_line(e), flush=True), aliases=list(aliases), tags=list(tags))
+    server = uvicorn.Server(uvicorn_config(create_app(state, cors, host=hosts), hosts[0], port, log_level=log_level))
+    server.run(sockets=[listening_socket(h, port) for h in hosts] if len(hosts) > 1 else None)
 
 
 class BackgroundServer:

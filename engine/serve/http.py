@@ -153,7 +153,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-def add_middlewares(app, api_key: str | None, origins: Origins, max_body: int, host: str) -> None:
+def add_middlewares(app, api_key: str | None, origins: Origins, max_body: int, host: str | list[str]) -> None:
     """The last added runs first: the Host check, the page's origin, then CORS (a browser's
     preflight carries no key, so it must be answered before the key is checked), then the key,
     then the body's size."""
@@ -168,7 +168,7 @@ def add_middlewares(app, api_key: str | None, origins: Origins, max_body: int, h
         app.add_middleware(CORSMiddleware, allow_methods=["GET", "POST"], allow_headers=["*"],
                            **origins.cors_options())
     app.add_middleware(BrowserOrigins, origins=origins)
-    if host in LOOPBACK:
+    if all(h in LOOPBACK for h in ([host] if isinstance(host, str) else host)):
         app.add_middleware(LoopbackHosts)
 
 
@@ -198,6 +198,21 @@ def uvicorn_config(app, host: str, port: int, **kw):
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, http=_header_deadline_protocol(), **kw)
+
+
+def listening_socket(host: str, port: int):
+    """A socket bound to host:port and listening, as uvicorn binds one (for serving on several)."""
+    import socket
+
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # this address only, as asked
+    sock.bind(addr)
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def check_host(host: str, api_key: str | None) -> None:

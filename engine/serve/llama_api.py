@@ -57,7 +57,7 @@ def router(state: ServerState) -> APIRouter:
         e = state.engine_getter()
         return {"object": "list", "data": [{"id": state.name, "object": "model", "created": 0,
                                             "owned_by": "tandem", "max_model_len": e.n_ctx if e else None,
-                                            "mtp": bool(e and e.has_mtp), "aliases": [state.name], "tags": [],
+                                            "mtp": bool(e and e.has_mtp), "aliases": [state.name, *state.aliases], "tags": state.tags,
                                             # Anthropic's model list: Claude Code and its SDK read these
                                             "type": "model", "display_name": state.name,
                                             "created_at": "1970-01-01T00:00:00Z"}]}
