@@ -60,6 +60,13 @@ DELIBERATE = {  # the first pattern that matches gives the reason
     "test_chat_completion.py::test_chat_template_*": "the prompt rendered with another model's template "
                                                      "(--chat-template-file): Tandem renders the model's own",
     "test_chat_completion.py::test_context_size_exceeded*": "per-slot n_ctx: Tandem's sequences share one context",
+    "test_chat_completion.py::test_verbose_debug": "__verbose, a dump of the request's internals (a debug aid): "
+                                                   "verbose: true is refused by name",
+    "test_chat_completion.py::test_invalid_chat_completion_req[[]messages7[]]": "two assistant messages at the end: "
+        "llama-server continues a final assistant message (a prefill) and so refuses two; Tandem closes every "
+        "assistant turn and the model's template renders consecutive ones as one turn",
+    "test_compat_anthropic.py::test_anthropic_thinking_history_in_template": "<think> tags of another model's "
+        "template (--chat-template-file Qwen3): the model's own renders the reasoning (Gemma 4: its thought channel)",
     "test_ctx_shift.py::test_ctx_shift_disabled_long_prompt": "per-slot n_ctx: Tandem's sequences share one context",
     "test_basic.py::test_server_props": "per-slot n_ctx: Tandem's sequences share one context",
     "test_basic.py::test_server_slots": "per-slot n_ctx (and /slots is always on: no --slots/--no-slots)",
