@@ -19,8 +19,8 @@ a reply by themselves, so every test bounds the reply: Claude Code and opencode 
 limit they ask for, set by their own options; Codex, which asks for none, by the room its
 context leaves. Each agent is a native program shipped in an npm package: it is installed once
 into Tandem's cache (under a minute); a machine without npm, or that cannot reach the npm
-registry, skips its test saying so. Each agent is kept offline (no telemetry, update checks, model lists or plugin installs)
-by its own documented options.
+registry, skips its test saying so. Each agent is kept offline (no telemetry, update checks,
+model lists or plugin installs) by its own documented options.
 """
 
 from __future__ import annotations
