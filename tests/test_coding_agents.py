@@ -1,10 +1,10 @@
 """The terminal coding agents themselves (from npm, pinned) against the installed-style
 `tandem serve`, each configured exactly as the README says (only the port changes):
 
-* Claude Code, with the README's environment: its real first request (system blocks,
-  thinking, a system message mid-conversation, x-api-key; a short system prompt and no tools,
-  for the character-level test vocabulary) goes through the Messages API and its stream comes
-  back;
+* Claude Code, with the README's environment: its real first request (~17k tokens: its whole
+  default system prompt in system blocks, its 24 default tools, thinking, a system message
+  mid-conversation, x-api-key) goes through the Messages API, into tandem serve's default
+  context, and its stream comes back, as do those of its 3 retries of a reply cut short;
 * Codex CLI, with the README's `~/.codex/config.toml`: its real first request (~8k tokens: its
   instructions, tools, reasoning and include fields) goes through the Responses API, first
   into a context too small for it (Codex reads the 400 as its own "ran out of room" error),
@@ -13,7 +13,7 @@
   agent requests go through chat completions and their streams come back; with the README's
   other provider package, `@ai-sdk/openai`, through the Responses API.
 
-Codex and opencode run on the tiny pair over Gemma 4's real tokenizer (`real_vocab`), where
+All three run on the tiny pair over Gemma 4's real tokenizer (`real_vocab`), where
 their prompts tokenize as on a real Gemma 4 and fit its context. The random weights never end
 a reply by themselves, so every test bounds the reply: Claude Code and opencode by the output
 limit they ask for, set by their own options; Codex, which asks for none, by the room its
@@ -30,11 +30,15 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 
+from .llamaserver import free_port
 from .test_serve import Serve
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
@@ -90,32 +94,68 @@ def server_log(server: Serve) -> str:
     return server.proc.stdout.read().decode(errors="replace")
 
 
-def test_claude_code_runs_a_turn_through_the_messages_api(gemma4_tools, tmp_path):
+class DefaultServe(Serve):
+    """`tandem serve` as `Serve` starts it, less its `--ctx 8192`: with the server's own default
+    context (32768 tokens), which Claude Code's first request (~17k tokens) has to fit."""
+
+    def __init__(self, tiny):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "-d",
+                                      str(tiny[0.7]), "--port", str(self.port)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        t = time.time()
+        while time.time() - t < 120:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stdout.read().decode(errors="replace")[-3000:])
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("tandem serve did not start")
+
+
+def test_claude_code_runs_a_turn_through_the_messages_api(real_vocab, tmp_path):
     bin_dir = install(CLAUDE_CODE)
-    server = Serve(gemma4_tools, "--ctx", "32768")
+    server = DefaultServe(real_vocab)
     try:
+        props = httpx.get(f"http://127.0.0.1:{server.port}/props").json()
+        assert props["default_generation_settings"]["n_ctx"] == 32768  # its default
         env = readme_environment("**Claude Code**")
         assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8080"  # as the README writes it
         env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{server.port}"
-        home = tmp_path / "home"
-        home.mkdir()
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}, **env,
-               "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "DISABLE_AUTOUPDATER": "1",
-               "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64"}  # the test model never ends by itself soon
-        # a short system prompt and no tools: the test model's vocabulary is character-level,
-        # so Claude Code's whole prompt (~70k characters) would not fit its context
-        r = subprocess.run([str(bin_dir / "claude"), "-p", "say hi", "--tools", "", "--system-prompt", "Be brief."],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        env = {**agent_environment(tmp_path / "home", ("ANTHROPIC", "CLAUDE")), **env,
+               # offline by its own options: the README's (no telemetry, error reports or
+               # updates) and no auto-updater; the random weights never end a reply by themselves
+               "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8"}
+        # its whole default prompt and tools; a permission mode that never asks, and so denies
+        # any tool not allowed by a rule (none is), not that this model calls one
+        r = subprocess.run([str(bin_dir / "claude"), "-p", "say hi", "--permission-mode", "dontAsk",
+                            "--verbose", "--output-format", "stream-json"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
                            stdin=subprocess.DEVNULL)
     finally:
-        server.stop()
-    log = server.proc.stdout.read().decode(errors="replace")
-    assert "Anthropic messages (stream): 64 tokens" in log, log[-2000:]
-    # the random weights never end a reply soon, so the reply stops at the 64 tokens Claude Code
-    # asked for: it read the whole stream, to message_delta's stop_reason "max_tokens", and says
-    # so in its own words (a malformed stream is another error; minutes of text would be exit 0)
-    out = r.stdout + r.stderr
-    assert r.returncode == 1 and "response exceeded the 64 output token maximum" in out, out[-2000:]
+        log = server_log(server)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    # the tools it declared: its ~20 default ones, none taken away
+    init = next(e for e in events if e["type"] == "system" and e.get("subtype") == "init")
+    assert len(init["tools"]) >= 20 and {"Bash", "Read", "Edit", "Write"} <= set(init["tools"]), init["tools"]
+    # the reply stops at the 8 tokens Claude Code asked for: it read the whole stream, to
+    # message_delta's stop_reason "max_tokens", and asks the same turn to go on 3 times (its
+    # fixed number of "Output token limit hit" retries, each on the cached prompt and the
+    # replies before), so 4 requests, all streamed to the end; then says so in its own words
+    # (a malformed stream is another error; minutes of text would be a success)
+    replies = [e["message"] for e in events if e["type"] == "assistant" and e["message"]["model"] != "<synthetic>"]
+    assert len(replies) == 4 and log.count("Anthropic messages (stream): 8 tokens") == 4, log[-2000:]
+    assert log.count("Anthropic messages") == 4, log[-2000:]  # and nothing refused or broken off
+    # the prompt as the server counted it (its message_start's usage): Claude Code's whole system
+    # prompt and its tools' declarations (~17k tokens in Gemma 4's vocabulary; ~3k without the tools)
+    prompt = replies[0]["usage"]["input_tokens"] + replies[0]["usage"]["cache_read_input_tokens"]
+    assert prompt > 10000, replies[0]["usage"]
+    result = events[-1]
+    assert r.returncode == 1 and result["type"] == "result" and result["is_error"], r.stdout[-2000:] + r.stderr[-2000:]
+    assert "response exceeded the 8 output token maximum" in result["result"], result
 
 
 def run_codex(bin_dir: Path, port: int, tmp_path: Path, home: str, ask: str) -> subprocess.CompletedProcess:
