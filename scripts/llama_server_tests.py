@@ -62,6 +62,11 @@ DELIBERATE = {  # the first pattern that matches gives the reason
     "test_chat_completion.py::test_context_size_exceeded*": "per-slot n_ctx: Tandem's sequences share one context",
     "test_chat_completion.py::test_verbose_debug": "__verbose, a dump of the request's internals (a debug aid): "
                                                    "verbose: true is refused by name",
+    "test_chat_completion.py::test_return_progress*": "prompt_progress chunks while a prompt is read (llama-server's "
+                                                      "web UI shows them; no agent or SDK reads them): "
+                                                      "return_progress is refused by name",
+    "test_compat_oai_responses.py::test_responses_stream_with_llama_telemetry": "prompt_progress chunks (see "
+                                                                                "test_return_progress)",
     "test_chat_completion.py::test_invalid_chat_completion_req[[]messages7[]]": "two assistant messages at the end: "
         "llama-server continues a final assistant message (a prefill) and so refuses two; Tandem closes every "
         "assistant turn and the model's template renders consecutive ones as one turn",
