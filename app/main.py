@@ -14,7 +14,7 @@ def main(argv=None) -> int:
     from engine.cli import main as cli_main
 
     def window(args) -> int:
-        from .gui import run_gui
+        from app.ui.gui import run_gui
 
         return run_gui(args)
 

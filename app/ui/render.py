@@ -16,9 +16,9 @@ from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
-from .code_match import BEFORE_CHARS, match_file
+from app.core.code_match import BEFORE_CHARS, match_file
 from .safe_text import fragments, images_to_links
-from .text_files import AttachedFile, language_of
+from app.core.text_files import AttachedFile, language_of
 
 # a block runs to its closing fence, or to the end of the text: "close" tells which
 FENCE = re.compile(r"^```[ \t]*([^\n]*)\n(.*?)(?:^(?P<close>```)[ \t]*$|\Z)", re.S | re.M)

@@ -9,7 +9,7 @@ from PySide6.QtGui import QGuiApplication, QPixmap, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .code_match import suggested_name
+from app.core.code_match import suggested_name
 from .render import COPIED, CodeBlock, for_display, relabel_link, render_markdown, render_origins
 from .safe_text import SafeBrowser, open_web_link
 

@@ -7,7 +7,7 @@ import os
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
-from .settings import Settings
+from app.core.settings import Settings
 
 RELOAD_KEYS = ("target", "drafter", "target_gpu_layers", "drafter_gpu_layers", "n_ctx", "threads")
 

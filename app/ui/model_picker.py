@@ -48,7 +48,7 @@ class ModelPicker(QComboBox):
             mark = "" if e.drafter else "  (no drafter)"
             self.addItem(e.name + mark, (e.target, e.drafter or ""))
             self.setItemData(self.count() - 1, f"{e.target}\n{e.drafter or 'no MTP drafter'}", 3)  # tooltip
-        from .connections import load_connections
+        from app.ui.dialogs.connections import load_connections
 
         for c in load_connections(self.settings) if self.settings is not None else []:
             for m in c.models:

@@ -17,7 +17,7 @@ from engine.models.hardware import Machine
 from engine.models.library import Library, PairDetails
 from engine.models.pairing import find_drafter
 
-from .safe_text import message
+from app.ui.safe_text import message
 
 FIT_COLORS = {"fits": "#2e7d32", "tight": "#a15c00", "too big": "#b3261e"}
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMenu, QMessage
 from .attachments import FILE_FILTER, Attachment, AttachmentBar, AttachmentError, check, from_mime, read_file
 from .chat_view import EditBanner
 from .safe_text import message
-from .text_files import estimate_tokens
+from app.core.text_files import estimate_tokens
 from .widgets import InputBox
 
 
@@ -181,7 +181,7 @@ class Composer(QWidget):
 
     def attach_folder(self, root: str = "") -> None:
         """A folder's tree; the files the user ticks become attachments (see folder_dialog)."""
-        from .folder_dialog import choose_folder_files
+        from app.ui.dialogs.folder_dialog import choose_folder_files
 
         root = root or QFileDialog.getExistingDirectory(self, "Attach folder")
         if not root or self.info is None:

@@ -13,7 +13,7 @@ import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .mcp_client import MAX_RESULT_CHARS, McpError, ServerConfig, ToolHub, ToolInfo, ToolOutcome, declarations, one_line
+from app.tools.mcp_client import MAX_RESULT_CHARS, McpError, ServerConfig, ToolHub, ToolInfo, ToolOutcome, declarations, one_line
 
 
 class ToolRunner(QObject):

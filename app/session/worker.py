@@ -26,7 +26,7 @@ from engine.reply import ReplyAssembler
 from engine.template_sandbox import RenderCancelled
 from engine.tools import calls_grammar
 
-from .chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
+from app.core.chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
 EMIT_INTERVAL_S = 1 / 15  # text updates per second: smooth to read, little CPU taken from decoding
 
@@ -266,7 +266,7 @@ class EngineWorker(QObject):
     def count_texts(self, tag: int, texts: list) -> None:
         """Tokens of each text (an attached file), by the loaded model's tokenizer; a server
         that cannot tokenize gets an estimate, marked as one."""
-        from .text_files import estimate_tokens
+        from app.core.text_files import estimate_tokens
 
         e = self.engine
         counts, exact = [], e is not None and getattr(e, "kind", "") == "local"
@@ -285,7 +285,7 @@ class EngineWorker(QObject):
         into the message's text, each as a fenced block with its name and language."""
         from engine.media import load_media
 
-        from .text_files import decode_text, with_files
+        from app.core.text_files import decode_text, with_files
 
         if not any(m.get("attachments") for m in messages):
             return messages

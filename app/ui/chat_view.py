@@ -8,7 +8,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from .render import cut_off
-from .store import Message
+from app.core.store import Message
 from .widgets import EmptyState, MessageWidget
 
 

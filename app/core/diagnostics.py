@@ -84,16 +84,3 @@ def install_excepthook(show_dialog=None) -> None:
 
     sys.excepthook = report
     threading.excepthook = lambda a: report(a.exc_type, a.exc_value, a.exc_traceback)
-
-
-def qt_error_dialog(message: str, path: str) -> None:
-    from PySide6.QtCore import QThread
-    from PySide6.QtWidgets import QApplication, QMessageBox
-
-    app = QApplication.instance()
-    if app is None or QThread.currentThread() is not app.thread():
-        return  # only the GUI thread may open dialogs; the log still has it
-    from .safe_text import message as show
-
-    show(None, QMessageBox.Critical, "Tandem hit a problem",
-         f"Something went wrong, but your conversations are saved.\n\n{message}\n\nDetails are in the log:\n{path}")

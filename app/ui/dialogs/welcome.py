@@ -17,7 +17,7 @@ from engine.models.library import Library
 from engine.models.pairing import find_drafter
 from engine.models.recommend import USABLE_TPS, check_fit, recommend
 
-from .safe_text import message
+from app.ui.safe_text import message
 
 
 def _mb(n: float) -> str:

@@ -21,11 +21,11 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
 from engine.generation import AUTO, check_draft_length
 
-from .chat_types import LoadRequest, ModelInfo, ReplyRequest, ReplyResult, ReplySettings
+from app.core.chat_types import LoadRequest, ModelInfo, ReplyRequest, ReplyResult, ReplySettings
 from .chat_view import ChatView
 from .compare import CompareRun, ComparePage
-from .settings import Settings
-from .store import Store, chat_title
+from app.core.settings import Settings
+from app.core.store import Store, chat_title
 from .widgets import MessageWidget
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written to disk at least this often
@@ -136,7 +136,7 @@ class ChatSession(QObject):
     def _start_worker(self, worker) -> None:
         self.thread = None
         if worker is None:
-            from .worker import EngineWorker
+            from app.session.worker import EngineWorker
 
             self.thread = QThread(self)
             self.thread.setObjectName("tandem-engine")
@@ -314,7 +314,7 @@ class ChatSession(QObject):
     def attached_files(self) -> list:
         """The text files attached in the chat as shown (newest last): what a reply's code
         block may be a new version of."""
-        from .text_files import AttachedFile, decode_text
+        from app.core.text_files import AttachedFile, decode_text
 
         out = []
         if self.conversation_id is None:

@@ -21,7 +21,7 @@ def app_icon():
 def show_previous_crash(parent, text: str) -> None:
     from PySide6.QtWidgets import QMessageBox
 
-    from .diagnostics import crash_path
+    from app.core.diagnostics import crash_path
 
     box = QMessageBox(QMessageBox.Warning, "Tandem closed unexpectedly",
                       "Tandem stopped unexpectedly last time (a crash inside the native engine). "
@@ -30,6 +30,19 @@ def show_previous_crash(parent, text: str) -> None:
                       QMessageBox.Ok, parent)
     box.setDetailedText(text)
     box.exec()
+
+
+def qt_error_dialog(message: str, path: str) -> None:
+    from PySide6.QtCore import QThread
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    app = QApplication.instance()
+    if app is None or QThread.currentThread() is not app.thread():
+        return  # only the GUI thread may open dialogs; the log still has it
+    from .safe_text import message as show
+
+    show(None, QMessageBox.Critical, "Tandem hit a problem",
+         f"Something went wrong, but your conversations are saved.\n\n{message}\n\nDetails are in the log:\n{path}")
 
 
 def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
@@ -77,9 +90,8 @@ def run_gui(args: argparse.Namespace) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from .diagnostics import (enable_fault_handler, install_excepthook, previous_native_crash, qt_error_dialog,
-                              setup_logging)
-    from .settings import Settings
+    from app.core.diagnostics import enable_fault_handler, install_excepthook, previous_native_crash, setup_logging
+    from app.core.settings import Settings
     from .theme import apply_theme
     from .window import MainWindow
 
@@ -95,7 +107,7 @@ def run_gui(args: argparse.Namespace) -> int:
     app.setDesktopFileName("io.github.tandem_chat.Tandem")
     app.setWindowIcon(app_icon())
     from .single_instance import SingleInstance
-    from .store import default_db_path
+    from app.core.store import default_db_path
 
     instance = SingleInstance(default_db_path())
     if not args.smoke_test and not instance.acquire():

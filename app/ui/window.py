@@ -14,18 +14,18 @@ from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, Q
 from engine.generation import AUTO
 from engine.models.library import Library
 
-from . import help_text
+from app.core import help_text
 from .chat_list import ChatList
 from .chat_session import ChatSession, chat_options, model_label, target_stem
-from .chat_types import LoadRequest
+from app.core.chat_types import LoadRequest
 from .chat_view import ChatView
 from .compare import ComparePage
 from .composer import Composer
 from .menus import build_menus
 from .safe_text import message
-from .settings import Settings
+from app.core.settings import Settings
 from .stats_panel import StatsBar
-from .store import Store, file_name
+from app.core.store import Store, file_name
 from .theme import apply_theme
 from .toolbar import ChatToolbar
 from .render import origin_legend_html
@@ -183,7 +183,7 @@ class MainWindow(QMainWindow):
 
     def load_remote(self, connection: str, model: str = "") -> None:
         """Chat through a server connection (its API key comes from the keyring, never settings)."""
-        from .connections import find_connection, get_api_key
+        from app.ui.dialogs.connections import find_connection, get_api_key
 
         conn = find_connection(self.settings, connection)
         if conn is None:
@@ -235,7 +235,7 @@ class MainWindow(QMainWindow):
         """The Models page: local pairs, download, import, remove; Load switches to one."""
         from engine.models.hardware import this_machine
 
-        from .models_dialog import ModelsDialog
+        from app.ui.dialogs.models_dialog import ModelsDialog
 
         dlg = ModelsDialog(self.library, this_machine(), self.downloader_args,
                            current=self.settings["target"], parent=self)
@@ -244,7 +244,7 @@ class MainWindow(QMainWindow):
         self.picker.refresh()
 
     def import_model(self) -> None:
-        from .models_dialog import import_pair
+        from app.ui.dialogs.models_dialog import import_pair
 
         path, _ = QFileDialog.getOpenFileName(self, "Import a Gemma 4 model (GGUF)", "", "GGUF models (*.gguf)")
         if path and (target := import_pair(self, self.library, path)):
@@ -259,7 +259,7 @@ class MainWindow(QMainWindow):
 
     def show_welcome(self, downloader_args: dict | None = None) -> bool:
         """The first-run flow: recommend, download (or pick local files), then load and chat."""
-        from .welcome import WelcomeDialog
+        from app.ui.dialogs.welcome import WelcomeDialog
 
         dlg = WelcomeDialog(self, downloader_args or self.downloader_args, library=self.library)
         if dlg.exec() != WelcomeDialog.Accepted or not dlg.chosen:
@@ -272,7 +272,7 @@ class MainWindow(QMainWindow):
 
     def open_server(self) -> None:
         """Serve on localhost: the loaded local model as an OpenAI-compatible API for editors."""
-        from .server_panel import ServerPanel
+        from app.ui.dialogs.server_panel import ServerPanel
 
         if self.server_panel is None:
             self.server_panel = ServerPanel(self.session.engine, lambda: target_stem(self.session.model_info),
@@ -286,13 +286,13 @@ class MainWindow(QMainWindow):
         self.serve_label.setVisible(bool(url))
 
     def open_connections(self) -> None:
-        from .connections import ConnectionsDialog
+        from app.ui.dialogs.connections import ConnectionsDialog
 
         ConnectionsDialog(self.settings, self).exec()
         self.picker.refresh()
 
     def open_settings(self):
-        from .settings_dialog import SettingsDialog
+        from app.ui.dialogs.settings_dialog import SettingsDialog
 
         dlg = SettingsDialog(self.settings, self)
         if dlg.exec() != SettingsDialog.Accepted:
@@ -376,7 +376,7 @@ class MainWindow(QMainWindow):
             Path(path).write_text(data, "utf-8")
 
     def edit_system_prompt(self) -> None:
-        from .system_prompt import SystemPromptDialog
+        from app.ui.dialogs.system_prompt import SystemPromptDialog
 
         if self.session.conversation_id is None:
             return
@@ -439,8 +439,8 @@ class MainWindow(QMainWindow):
     def _tool_runner(self):
         """The runner of the MCP servers, started on first need with the saved servers."""
         if self.tool_runner is None:
-            from .mcp_client import load_servers
-            from .tool_runner import ToolRunner
+            from app.tools.mcp_client import load_servers
+            from app.session.tool_runner import ToolRunner
 
             self.tool_runner = ToolRunner(parent=self)
             self.session.set_tool_runner(self.tool_runner)
@@ -470,20 +470,20 @@ class MainWindow(QMainWindow):
 
     def open_tools(self) -> None:
         """Settings → Tools: the MCP servers, each with its switch and the tools it offers."""
-        from .tools_dialog import open_tools_dialog
+        from app.ui.dialogs.tools_dialog import open_tools_dialog
 
         open_tools_dialog(self.settings, self._tool_runner(), self)
         self._update_tools()
 
     def _save_code(self, code: str, suggested_name: str) -> None:
-        from .diff_dialog import save_code_as
+        from app.ui.dialogs.diff_dialog import save_code_as
 
         save_code_as(self, code, suggested_name)
 
     def _diff_code(self, code: str, attached, cut_off: bool = False) -> None:
         """A reply's new version of an attached file, side by side; saving over asks first, and
         is refused for a block the reply was cut off inside (`cut_off`)."""
-        from .diff_dialog import DiffDialog
+        from app.ui.dialogs.diff_dialog import DiffDialog
 
         DiffDialog(code, attached, self, cut_off=cut_off).exec()
 

@@ -16,9 +16,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPalette
 from PySide6.QtWidgets import QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout
 
-from .code_match import basename
-from .safe_text import SafeBrowser, message
-from .text_files import _BOMS, MAX_TEXT_BYTES, AttachedFile, NotText, decode_text  # _BOMS: keep a file's encoding
+from app.core.code_match import basename
+from app.ui.safe_text import SafeBrowser, message
+from app.core.text_files import _BOMS, MAX_TEXT_BYTES, AttachedFile, NotText, decode_text  # _BOMS: keep a file's encoding
 
 CONTEXT_LINES = 3  # unchanged lines shown around each change
 MAX_ROWS = 4000  # a table this long is already slow to lay out: the rest is summed up in one row

@@ -12,9 +12,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTreeWidget,
                                QTreeWidgetItem, QVBoxLayout)
 
-from . import folder_scan
-from .folder_scan import DEPENDENCY, TOO_LARGE, FolderScan, ReadError
-from .text_files import MAX_TEXT_BYTES, human_size
+from app.core import folder_scan
+from app.core.folder_scan import DEPENDENCY, TOO_LARGE, FolderScan, ReadError
+from app.core.text_files import MAX_TEXT_BYTES, human_size
 
 # what the dialog holds in memory at most: far more than any context takes (a million tokens
 # is about 4 MB of text), so the limit only keeps a huge folder from filling the memory

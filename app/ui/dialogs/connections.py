@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QListWidget, QListWidgetItem, QMessageBox, QPushButton, QVBoxLayout)
 
-from .safe_text import message
+from app.ui.safe_text import message
 
 KEYRING_SERVICE = "Tandem"
 _session_keys: dict[str, str] = {}  # where no keyring exists: kept until Tandem closes

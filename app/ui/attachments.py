@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from engine.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
 
-from .text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
+from app.core.text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
 
 THUMB = 72  # px, the long side of a thumbnail
 # any file may be a text file (told by its content), so the dialog shows all files by default

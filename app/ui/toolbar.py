@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPushButton, QSpinBox, QTo
 from engine.generation import AUTO, MAX_DRAFT
 from engine.models.library import Library
 
-from . import help_text
+from app.core import help_text
 from .model_picker import ModelPicker
 
 
