@@ -67,9 +67,9 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from app.settings import Settings
-    from app.store import Store
-    from app.window import MainWindow
+    from app.core.settings import Settings
+    from app.core.store import Store
+    from app.ui.window import MainWindow
     from engine.engine import Engine
     from engine.runtime import LoadOptions
 

@@ -20,10 +20,10 @@ from pathlib import Path
 def main(out: Path, theme: str = "light", which: str = "") -> int:
     from PySide6.QtWidgets import QApplication
 
-    from app.theme import apply_theme
-    from app.settings import Settings
-    from app.store import Store
-    from app.window import MainWindow
+    from app.ui.theme import apply_theme
+    from app.core.settings import Settings
+    from app.core.store import Store
+    from app.ui.window import MainWindow
     from engine.models.hardware import this_machine
     from engine.models.library import Library
     from engine.testmodels import make_test_models
@@ -78,7 +78,7 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
 
     # a chat with a picture (the synthetic projector reads it; the tiny model's answer is noise)
     win.new_conversation()
-    from app.attachments import Attachment
+    from app.ui.attachments import Attachment
     from PySide6.QtGui import QColor, QImage, QPainter
 
     img = QImage(320, 200, QImage.Format_RGB32)
@@ -87,7 +87,7 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
     p.fillRect(40, 40, 120, 120, QColor("#f6ad55"))
     p.fillRect(190, 70, 90, 90, QColor("#68d391"))
     p.end()
-    from app.attachments import png_bytes
+    from app.ui.attachments import png_bytes
 
     win.attach_bar.add(Attachment(png_bytes(img), "shapes.png", "image"))
     win.input.setPlainText("What shapes are in this picture?")
@@ -102,14 +102,14 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
     shot("compare.png")
     win.stack.setCurrentIndex(0)
 
-    from app.models_dialog import ModelsDialog
+    from app.ui.dialogs.models_dialog import ModelsDialog
 
     models = ModelsDialog(win.library, this_machine(), current=str(target), parent=win)
     models.show()
     shot("models.png", models)
     models.close()
 
-    from app.welcome import WelcomeDialog
+    from app.ui.dialogs.welcome import WelcomeDialog
 
     welcome = WelcomeDialog(win, library=win.library)
     welcome.show()
@@ -124,12 +124,12 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
 
 def coding_shots(win, tmp: Path, wait, shot) -> None:
     """Files, a folder, a diff and MCP tool calls (the tests' own MCP server answers)."""
-    from app.attachments import check
-    from app.diff_dialog import DiffDialog
-    from app.folder_dialog import FolderDialog
-    from app.mcp_client import load_servers
-    from app.text_files import AttachedFile
-    from app.tools_dialog import ToolsDialog
+    from app.ui.attachments import check
+    from app.ui.dialogs.diff_dialog import DiffDialog
+    from app.ui.dialogs.folder_dialog import FolderDialog
+    from app.tools.mcp_client import load_servers
+    from app.core.text_files import AttachedFile
+    from app.ui.dialogs.tools_dialog import ToolsDialog
 
     code = 'def area(w, h):\n    """The area of a w by h rectangle."""\n    return w * h\n'
     src = tmp / "project" / "geometry.py"

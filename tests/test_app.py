@@ -8,10 +8,10 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QMessageBox, QToolButton
 
-from app.settings import Settings
-from app.store import Store
+from app.core.settings import Settings
+from app.core.store import Store
 from engine.models.library import Library
-from app.window import MainWindow
+from app.ui.window import MainWindow
 
 TIMEOUT = 120000  # generous: a busy CI machine must not fail a test by slowness
 
@@ -203,7 +203,7 @@ def test_close_while_generating_exits_cleanly_and_saves(qtbot, tmp_path, tiny):
 def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, monkeypatch):
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked = []
-    monkeypatch.setattr("app.window.message", lambda parent, icon, title, text, *a: asked.append(text) or QMessageBox.Yes)
+    monkeypatch.setattr("app.ui.window.message", lambda parent, icon, title, text, *a: asked.append(text) or QMessageBox.Yes)
     for i in range(8):
         send(qtbot, w, f"question number {i} " + "word " * 12)
     assert asked and "context" in asked[0]
@@ -239,8 +239,8 @@ def test_event_loop_stays_responsive_while_streaming(qtbot, win):
 
 
 def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
-    from app.settings import Settings
-    from app.settings_dialog import SettingsDialog
+    from app.core.settings import Settings
+    from app.ui.dialogs.settings_dialog import SettingsDialog
 
     dlg = SettingsDialog(win.settings, win)
     qtbot.addWidget(dlg)
@@ -262,7 +262,7 @@ def test_markdown_code_blocks_copy_and_thinking(qtbot):
     from PySide6.QtCore import QUrl
     from PySide6.QtGui import QGuiApplication
 
-    from app.widgets import MessageWidget
+    from app.ui.widgets import MessageWidget
 
     w = MessageWidget("assistant", 1)
     qtbot.addWidget(w)
@@ -317,7 +317,7 @@ def test_damaged_chat_database_is_recovered_and_the_user_told(qtbot, tmp_path, t
     s.close()
     db.write_bytes(b"this is not a database" * 100)  # damaged beyond reading
     shown = []
-    monkeypatch.setattr("app.window.message", lambda parent, icon, title, text, *a: shown.append((title, text)))
+    monkeypatch.setattr("app.ui.window.message", lambda parent, icon, title, text, *a: shown.append((title, text)))
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     qtbot.waitUntil(lambda: bool(shown), timeout=5000)
     title, text = shown[0]
@@ -353,7 +353,7 @@ def test_damaged_pages_keep_readable_rows_without_a_backup(tmp_path):
 
 
 def test_second_start_brings_the_running_window_forward(qtbot, tmp_path):
-    from app.single_instance import SingleInstance
+    from app.ui.single_instance import SingleInstance
 
     shown = []
     first = SingleInstance(tmp_path / "chats.sqlite3", on_show=lambda: shown.append(True))
@@ -407,7 +407,7 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     message itself is too long (with a way to raise the context) instead of asking again."""
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked, opened = [], []
-    monkeypatch.setattr("app.window.message",
+    monkeypatch.setattr("app.ui.window.message",
                         lambda parent, icon, title, text, *a: asked.append(title) or QMessageBox.Yes)
     monkeypatch.setattr(w, "open_settings", lambda: opened.append(True))
     w.input.setPlainText("word " * 400)
@@ -427,7 +427,7 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
 def test_dark_theme_shows_disabled_controls_placeholders_and_check_boxes(qapp):
     from PySide6.QtGui import QPalette
 
-    from app.theme import apply_theme
+    from app.ui.theme import apply_theme
 
     try:
         apply_theme(qapp, "dark")
@@ -461,7 +461,7 @@ def test_context_meter_per_chat(qtbot, win):
 
 
 def test_compare_verdict_in_plain_words():
-    from app.compare import speed_verdict
+    from app.ui.compare import speed_verdict
 
     assert "MTP was 1.80× faster" in speed_verdict(1.8, 10.0, 18.0, {"acceptance_rate": 0.9})
     assert "About the same speed" in speed_verdict(1.0, 10.0, 10.0, {})
@@ -498,7 +498,7 @@ def test_every_number_and_mtp_are_explained(qtbot, win, monkeypatch):
      "Please explain how speculative decoding works…"),
 ])
 def test_chat_titles_come_from_the_first_line_of_prose(text, title):
-    from app.store import chat_title
+    from app.core.store import chat_title
 
     assert chat_title(text) == title
 
@@ -506,7 +506,7 @@ def test_chat_titles_come_from_the_first_line_of_prose(text, title):
 def test_exports_close_fences_and_carry_models(tmp_path):
     import json
 
-    from app.store import file_name
+    from app.core.store import file_name
 
     s = Store(tmp_path / "c.sqlite3")
     cid = s.create_conversation("```python", {"use_mtp": True, "draft_max": 0})
@@ -528,7 +528,7 @@ def test_chat_list_groups_by_date_deletes_with_the_key_and_multi_select(qtbot, t
 
     from PySide6.QtCore import Qt as QtCore_Qt
 
-    from app.chat_list import date_group
+    from app.ui.chat_list import date_group
 
     now = time.time()
     assert date_group(now, now) == "Today" and date_group(now - 86400, now) == "Yesterday"
@@ -541,7 +541,7 @@ def test_chat_list_groups_by_date_deletes_with_the_key_and_multi_select(qtbot, t
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     rows = [w.chat_list.list.item(i).text() for i in range(w.chat_list.list.count())]
     assert rows[0] == "Today" and "Older" in rows and rows[-1] == "chat 0"
-    monkeypatch.setattr("app.chat_list.message", lambda *a: QMessageBox.Yes)
+    monkeypatch.setattr("app.ui.chat_list.message", lambda *a: QMessageBox.Yes)
     lst = w.chat_list.list
     lst.clearSelection()
     for i in range(lst.count()):
@@ -560,7 +560,7 @@ def test_daily_basics_examples_tab_font_and_geometry(qtbot, tmp_path, tiny):
     from PySide6.QtCore import QRect
     from PySide6.QtWidgets import QApplication
 
-    from app.theme import apply_theme
+    from app.ui.theme import apply_theme
 
     apply_theme(QApplication.instance(), "light")  # as `tandem` starts: the app's style sheet is set
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
@@ -596,7 +596,7 @@ def test_daily_basics_examples_tab_font_and_geometry(qtbot, tmp_path, tiny):
 
 
 def test_per_chat_system_prompt(qtbot, win):
-    from app.system_prompt import PRESETS, SystemPromptDialog
+    from app.ui.dialogs.system_prompt import PRESETS, SystemPromptDialog
 
     win.settings["system_prompt"] = "Default instructions."
     assert win.session.history()[:1] == [] or win.session.history()[0]["content"] == "Default instructions."
@@ -676,7 +676,7 @@ def test_usable_at_800_by_600(qtbot, win):
 
 
 def test_switching_chats_leaves_no_old_message_on_screen(qtbot, win):
-    from app.widgets import MessageWidget
+    from app.ui.widgets import MessageWidget
 
     send(qtbot, win, "first chat")
     win.new_conversation()  # no event loop turn in between: a deferred delete has not run yet
@@ -685,7 +685,7 @@ def test_switching_chats_leaves_no_old_message_on_screen(qtbot, win):
 
 def test_the_token_origin_legend_has_the_themes_colours(qtbot, win):
     """The legend's chips are the tints the tokens get: dark ones in the dark theme."""
-    from app.render import DRAFTED_DARK, DRAFTED_LIGHT, LOOKUP_DARK, TARGET_DARK
+    from app.ui.render import DRAFTED_DARK, DRAFTED_LIGHT, LOOKUP_DARK, TARGET_DARK
 
     win.toggle_origins(True)
     assert DRAFTED_LIGHT in win.origin_legend.text()

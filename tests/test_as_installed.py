@@ -11,9 +11,9 @@ import pytest
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QApplication, QDialog
 
-from app.settings import FIELDS, Settings
-from app.store import Store
-from app.window import MainWindow
+from app.core.settings import FIELDS, Settings
+from app.core.store import Store
+from app.ui.window import MainWindow
 from engine.generation import AUTO, MAX_DRAFT
 from engine.models.library import Library
 
@@ -38,9 +38,9 @@ def reopen(qtbot, tmp_path) -> MainWindow:
 
 # ---- settings --------------------------------------------------------------------------
 def test_every_setting_changed_in_the_dialogs_survives_a_restart(qtbot, tmp_path, tiny, monkeypatch):
-    from app.connections import ConnectionEditor, ConnectionsDialog, load_connections
-    from app.settings_dialog import SettingsDialog
-    from app.theme import apply_theme
+    from app.ui.dialogs.connections import ConnectionEditor, ConnectionsDialog, load_connections
+    from app.ui.dialogs.settings_dialog import SettingsDialog
+    from app.ui.theme import apply_theme
 
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:
@@ -149,7 +149,7 @@ def test_the_window_chats_while_tandem_serve_streams_to_an_editor(qtbot, tmp_pat
 
 
 def test_desktop_switching_to_dark_restyles_the_charts(qtbot, tmp_path, tiny):
-    from app.theme import apply_theme
+    from app.ui.theme import apply_theme
 
     hints = QApplication.styleHints()
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0], theme="system")
@@ -196,7 +196,7 @@ def test_draft_length_bounds_agree_everywhere(qtbot, tmp_path, tiny):
 # ---- the new user's walk ----------------------------------------------------------------
 def test_a_failed_model_switch_keeps_the_loaded_model(qtbot, tmp_path, tiny, monkeypatch):
     shown = []
-    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.window.message", lambda p, icon, title, text, *a: shown.append(text))
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:
         win.load_models(str(tmp_path / "gone.gguf"), "")  # a file that was moved away
@@ -244,8 +244,8 @@ def test_escape_stops_a_reply_wherever_the_focus_is(qtbot, tmp_path, tiny):
 
 
 def test_a_measured_speed_up_withdraws_the_cannot_help_banner_and_busy_means_slower():
-    from app.chat_types import ReplyResult
-    from app.compare import CompareRun, speed_verdict
+    from app.core.chat_types import ReplyResult
+    from app.ui.compare import CompareRun, speed_verdict
 
     run = CompareRun("p", [], True, AUTO)
     for which, tps in (("baseline", 40.0), ("mtp", 43.0)):
@@ -257,8 +257,8 @@ def test_a_measured_speed_up_withdraws_the_cannot_help_banner_and_busy_means_slo
 
 
 def test_the_banner_goes_when_compare_measures_mtp_faster(qtbot, tmp_path, tiny):
-    from app.chat_types import ReplyResult
-    from app.compare import CompareRun
+    from app.core.chat_types import ReplyResult
+    from app.ui.compare import CompareRun
 
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
     try:
@@ -290,7 +290,7 @@ def test_a_stopped_compare_says_so_in_both_panes(qtbot, tmp_path, tiny):
 
 
 def test_a_reply_cut_by_a_dying_server_keeps_its_text_and_offers_continue(qtbot, tmp_path, tiny):
-    from app.connections import Connection, save_connections
+    from app.ui.dialogs.connections import Connection, save_connections
 
     srv = RecordedServer("ollama", model="gemma4:e4b", cut_after=4)
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
@@ -314,7 +314,7 @@ def test_a_reply_cut_by_a_dying_server_keeps_its_text_and_offers_continue(qtbot,
 
 
 def test_the_offline_download_message_does_not_cover_the_progress(qtbot, tiny, tmp_path):
-    from app.welcome import DownloadDialog
+    from app.ui.dialogs.welcome import DownloadDialog
     from engine.models.catalog import find
     from engine.models.download import Downloader
 
@@ -336,7 +336,7 @@ def test_answering_no_to_an_overflow_puts_the_message_back_in_the_input(qtbot, t
 
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked = []
-    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: asked.append(title) or QMessageBox.No)
+    monkeypatch.setattr("app.ui.window.message", lambda p, icon, title, text, *a: asked.append(title) or QMessageBox.No)
     try:
         for i in range(12):
             send(qtbot, w, f"question number {i} " + "word " * 12)
@@ -400,7 +400,7 @@ def test_a_new_compare_while_a_replay_plays(qtbot, tmp_path, tiny):
         qtbot.waitUntil(lambda: page.concluded and idle(w), timeout=TIMEOUT)
         qtbot.wait(300)
         assert not errors and not page.replaying
-        from app.render import for_display
+        from app.ui.render import for_display
 
         assert page.base.view.toPlainText() == for_display(page.base.result.answer)
     finally:

@@ -7,7 +7,7 @@ import sqlite3
 
 from PySide6.QtCore import Qt
 
-from app.store import Store
+from app.core.store import Store
 
 from .test_app import TIMEOUT, make_window, send
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QObject, Signal
 
-from app.chat_session import ChatSession
-from app.chat_types import ModelInfo, ReplyResult
-from app.chat_view import ChatView
-from app.compare import ComparePage
-from app.settings import Settings
-from app.store import Store
+from app.ui.chat_session import ChatSession
+from app.core.chat_types import ModelInfo, ReplyResult
+from app.ui.chat_view import ChatView
+from app.ui.compare import ComparePage
+from app.core.settings import Settings
+from app.core.store import Store
 from engine.generation import AUTO
 
 

@@ -13,11 +13,11 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from app.code_match import match_file
-from app.diff_dialog import DiffDialog, save_code_as
-from app.render import cut_off, split_code
-from app.text_files import AttachedFile
-from app.widgets import MessageWidget
+from app.core.code_match import match_file
+from app.ui.dialogs.diff_dialog import DiffDialog, save_code_as
+from app.ui.render import cut_off, split_code
+from app.core.text_files import AttachedFile
+from app.ui.widgets import MessageWidget
 
 CALC = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
         "def mul(a, b):\n    return a * b\n")
@@ -113,7 +113,7 @@ def test_save_suggests_the_languages_suffix(qtbot, lang, code, suffix):
 
 
 def test_a_block_that_edits_an_attached_file_offers_a_diff(qtbot, tmp_path):
-    from app.chat_view import ChatView
+    from app.ui.chat_view import ChatView
 
     calc = AttachedFile("src/calc.py", CALC, str(tmp_path / "calc.py"))
     other = AttachedFile("notes.md", "# Notes\n\nnothing here\n")

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from app import diagnostics
+from app.core import diagnostics
 
 
 def test_logs_rotate(tmp_path, monkeypatch):
@@ -44,11 +44,11 @@ def test_uncaught_exception_is_logged_and_shown(tmp_path, monkeypatch):
 
 def test_native_crash_is_offered_at_next_start(tmp_path):
     env = dict(os.environ, TANDEM_LOG_DIR=str(tmp_path))
-    crash = ("from app import diagnostics; diagnostics.enable_fault_handler(); "
+    crash = ("from app.core import diagnostics; diagnostics.enable_fault_handler(); "
              "import faulthandler; faulthandler._sigsegv()")
     r = subprocess.run([sys.executable, "-c", crash], env=env, capture_output=True, timeout=60)
     assert r.returncode != 0
-    check = "from app import diagnostics; t = diagnostics.previous_native_crash(); print(t is not None and 'Fatal Python error' in t)"
+    check = "from app.core import diagnostics; t = diagnostics.previous_native_crash(); print(t is not None and 'Fatal Python error' in t)"
     r = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "True"
     r = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
@@ -58,10 +58,10 @@ def test_native_crash_is_offered_at_next_start(tmp_path):
 
 def test_about_reports_version_and_llama_build(qtbot, tmp_path, tiny):
     import engine
-    from app import help_text
-    from app.settings import Settings
-    from app.store import Store
-    from app.window import MainWindow
+    from app.core import help_text
+    from app.core.settings import Settings
+    from app.core.store import Store
+    from app.ui.window import MainWindow
 
     w = MainWindow(Settings(tmp_path / "s.json"), Store(tmp_path / "c.sqlite3"))
     qtbot.addWidget(w)
@@ -74,7 +74,7 @@ def test_about_reports_version_and_llama_build(qtbot, tmp_path, tiny):
 def test_window_icon_and_resources_load_from_the_package():
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import app_icon
+    from app.ui.gui import app_icon
 
     QApplication.instance() or QApplication([])
     assert not app_icon().isNull() and len(app_icon().availableSizes()) >= 6

@@ -157,10 +157,10 @@ def test_cli_models_download_import_verify(hub, tmp_path):
 def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkeypatch):
     from engine.models.library import Library
 
-    from app.settings import Settings
-    from app.store import Store
-    from app.welcome import DownloadDialog, WelcomeDialog
-    from app.window import MainWindow
+    from app.core.settings import Settings
+    from app.core.store import Store
+    from app.ui.dialogs.welcome import DownloadDialog, WelcomeDialog
+    from app.ui.window import MainWindow
     from engine.models.hardware import Machine
 
     win = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"))
@@ -202,7 +202,7 @@ def test_welcome_flow_downloads_and_starts_chatting(qtbot, hub, tmp_path, monkey
 def test_download_dialog_cancel(qtbot, hub, tmp_path):
     from engine.models.library import Library
 
-    from app.welcome import DownloadDialog
+    from app.ui.dialogs.welcome import DownloadDialog
 
     hub.delay_per_chunk = 0.05
     hub.add(REPO, "gemma-4-E2B-it-Q5_K_M.gguf", os.urandom(4 * 2**20))
@@ -280,7 +280,7 @@ def test_unreachable_hub_fails_at_once_without_retry_storm(tmp_path):
 def test_offline_first_run_says_so_at_once_and_offers_local_files(qtbot, tmp_path, monkeypatch):
     import socket
 
-    from app.welcome import DownloadDialog, WelcomeDialog
+    from app.ui.dialogs.welcome import DownloadDialog, WelcomeDialog
     from engine.models.hardware import Machine
     from engine.models.library import Library
 

@@ -10,9 +10,9 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QFileDialog
 
-from app.settings import Settings
-from app.store import Store
-from app.window import MainWindow
+from app.core.settings import Settings
+from app.core.store import Store
+from app.ui.window import MainWindow
 from engine.models.library import Library
 
 from .test_app import TIMEOUT, make_window, send
@@ -54,7 +54,7 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
     notes = tmp_path / "NOTES"  # no suffix: text by its content
     notes.write_text("# Notes\nkeep areas positive\n")
     shown = []
-    monkeypatch.setattr("app.composer.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.composer.message", lambda p, icon, title, text, *a: shown.append(text))
 
     # by button: a chip with name, size and the engine's token count
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
@@ -116,7 +116,7 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
 def test_too_large_files_are_refused_or_held_back_with_their_numbers(qtbot, tmp_path, tiny, monkeypatch):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8, n_ctx=2048)
     shown = []
-    monkeypatch.setattr("app.window.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.window.message", lambda p, icon, title, text, *a: shown.append(text))
     words = " ".join(f"w{i}" for i in range(3000))
     big = tmp_path / "big.log"
     big.write_text(words)
@@ -173,7 +173,7 @@ def test_a_folder_honours_gitignore_and_the_ticked_files_are_sent(qtbot, tmp_pat
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.folder_dialog import FolderDialog
+    from app.ui.dialogs.folder_dialog import FolderDialog
 
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
     seen = _spy_prompts(win)
@@ -221,7 +221,7 @@ def test_a_reply_that_edits_an_attached_file_shows_the_diff_and_saves_over_only_
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from app.diff_dialog import DiffDialog
+    from app.ui.dialogs.diff_dialog import DiffDialog
 
     from .test_code_blocks import click_link
 
@@ -268,7 +268,7 @@ def test_a_reply_cut_off_inside_its_code_block_never_saves_over_the_file(qtbot, 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from app.diff_dialog import DiffDialog
+    from app.ui.dialogs.diff_dialog import DiffDialog
 
     from .test_code_blocks import click_link
 

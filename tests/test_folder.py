@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from app import folder_scan
-from app.folder_scan import BINARY, DEPENDENCY, IGNORED, OUTSIDE, TOO_LARGE, ReadError, scan
-from app.text_files import MAX_TEXT_BYTES
+from app.core import folder_scan
+from app.core.folder_scan import BINARY, DEPENDENCY, IGNORED, OUTSIDE, TOO_LARGE, ReadError, scan
+from app.core.text_files import MAX_TEXT_BYTES
 
 LISTED = [".gitignore", "README.md", "alias.py", "env/notes.txt", "keep.log", "main.py", "src/.gitignore",
           "src/app.py", "src/important.log", "sub/generated.py", "sub/secret", "utf16.txt"]
@@ -133,7 +133,7 @@ def items(tree):
 
 
 def dialog(qtbot, root, count, free, **kw):
-    from app.folder_dialog import FolderDialog
+    from app.ui.dialogs.folder_dialog import FolderDialog
 
     d = FolderDialog(str(root), count, free, **kw)
     qtbot.addWidget(d)
@@ -209,7 +209,7 @@ def test_ticking_a_folder_ticks_its_files_and_estimates_say_so(qtbot, project):
 
 
 def test_a_truncated_listing_says_so(qtbot, project, monkeypatch):
-    from app import folder_dialog
+    from app.ui.dialogs import folder_dialog
 
     monkeypatch.setattr(folder_dialog.folder_scan, "scan", lambda root: scan(root, max_files=2))
     d = dialog(qtbot, project, words, 1000)

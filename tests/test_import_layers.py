@@ -1,6 +1,7 @@
 """The packages' import graph: app -> engine, never back, and no module of app/ or engine/
-imports one that imports it back (directly or through others). Read from the source with ast,
-so a lazy import inside a function counts too."""
+imports one that imports it back (directly or through others). The app's rooms keep their rule:
+app.core and app.tools import no Qt, app.session QtCore only, and none of them imports app.ui.
+Read from the source with ast, so a lazy import inside a function counts too."""
 
 from __future__ import annotations
 
@@ -53,6 +54,48 @@ def _graph() -> dict[str, set[str]]:
 def test_engine_never_imports_the_app():
     bad = {m: sorted(d for d in deps if d.startswith("app")) for m, deps in _graph().items() if m.startswith("engine")}
     assert not {m: d for m, d in bad.items() if d}
+
+
+# room -> (what its modules may not import: a module name or its prefix, allowed exceptions)
+ROOMS = {
+    "app.core": (("PySide6", "shiboken6", "pyqtgraph", "app.ui", "app.session", "app.tools"), ()),
+    "app.tools": (("PySide6", "shiboken6", "pyqtgraph", "app.ui", "app.session"), ()),
+    "app.session": (("PySide6", "shiboken6", "pyqtgraph", "app.ui"), ("PySide6.QtCore",)),
+}
+
+
+def _room_breaches(name: str, imports: set[str]) -> list[str]:
+    room = next((r for r in ROOMS if name == r or name.startswith(r + ".")), None)
+    if room is None:
+        return []
+    banned, allowed = ROOMS[room]
+    def under(i, prefixes):
+        return any(i == p or i.startswith(p + ".") for p in prefixes)
+
+    # `from PySide6.QtCore import Signal` also names the bare package: allowed when QtCore is
+    return sorted(i for i in imports if under(i, banned) and not under(i, allowed)
+                  and not (i == "PySide6" and allowed))
+
+
+def test_the_rooms_keep_their_rule():
+    """A newcomer reads the tree: logic that needs no window lives in app.core (no Qt at all),
+    MCP in app.tools (no Qt), what drives the engine off the GUI thread in app.session (QtCore's
+    signals and threads, no widgets or QtGui); all of it imports nothing from app.ui."""
+    modules = {_module_name(p): p for p in (ROOT / "app").rglob("*.py")}
+    assert {"app.core", "app.session", "app.tools", "app.ui", "app.ui.dialogs"} <= set(modules)
+    bad = {name: b for name, path in sorted(modules.items()) if (b := _room_breaches(name, _imports(path, name)))}
+    assert not bad, bad
+
+
+def test_the_room_rule_catches_a_breach():
+    assert _room_breaches("app.core.store", {"PySide6.QtCore", "PySide6.QtCore.Signal"})
+    assert _room_breaches("app.tools.mcp_client", {"PySide6.QtCore"})
+    assert _room_breaches("app.session.worker", {"PySide6.QtWidgets", "PySide6.QtWidgets.QLabel"})
+    assert _room_breaches("app.session.worker", {"PySide6.QtGui"})
+    assert _room_breaches("app.session.worker", {"app.ui.widgets", "app.ui.widgets.MessageWidget"})
+    assert _room_breaches("app.core.help_text", {"app.ui", "app.ui.theme"})
+    assert not _room_breaches("app.session.worker", {"PySide6.QtCore", "PySide6.QtCore.Signal", "app.core.chat_types"})
+    assert not _room_breaches("app.ui.window", {"PySide6.QtWidgets"})
 
 
 def test_no_import_cycles():

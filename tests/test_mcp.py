@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.mcp_client import McpError, ServerConfig, ToolHub, _index, declarations, load_servers
-from app.settings import Settings
+from app.tools.mcp_client import McpError, ServerConfig, ToolHub, _index, declarations, load_servers
+from app.core.settings import Settings
 from engine.tools import NAME, check_tools
 
 pytestmark = pytest.mark.timeout(180)
@@ -241,7 +241,7 @@ def test_an_unreachable_address_is_one_line(hub):
 # ---- the GUI's runner -------------------------------------------------------------------
 @pytest.fixture
 def runner(qtbot):
-    from app.tool_runner import ToolRunner
+    from app.session.tool_runner import ToolRunner
 
     r = ToolRunner(connect_timeout_s=CONNECT)
     yield r
@@ -298,7 +298,7 @@ def test_runner_reports_a_server_that_cannot_start(qtbot, runner):
 def test_tools_dialog_adds_switches_on_and_saves(qtbot, runner, tmp_path, log):
     from PySide6.QtWidgets import QDialog, QDialogButtonBox
 
-    from app.tools_dialog import ServerEditor, ToolsDialog
+    from app.ui.dialogs.tools_dialog import ServerEditor, ToolsDialog
 
     path = tmp_path / "settings.json"
     settings = Settings(path)
@@ -338,7 +338,7 @@ def test_tools_dialog_adds_switches_on_and_saves(qtbot, runner, tmp_path, log):
 
 
 def test_tools_dialog_shows_an_error_and_cancel_reverts(qtbot, runner, tmp_path):
-    from app.tools_dialog import ToolsDialog
+    from app.ui.dialogs.tools_dialog import ToolsDialog
 
     settings = Settings(tmp_path / "settings.json")
     settings["mcp_servers"] = [ServerConfig("nope", "stdio", "tandem-no-such-program-4711").to_dict()]
@@ -354,7 +354,7 @@ def test_tools_dialog_shows_an_error_and_cancel_reverts(qtbot, runner, tmp_path)
 
 
 def test_server_editor_says_what_is_wrong(qtbot):
-    from app.tools_dialog import ServerEditor
+    from app.ui.dialogs.tools_dialog import ServerEditor
 
     ed = ServerEditor(None, {"taken"}, None)
     qtbot.addWidget(ed)

@@ -10,9 +10,9 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 from PySide6.QtWidgets import QFileDialog
 
-from app.settings import Settings
-from app.store import Store
-from app.window import MainWindow
+from app.core.settings import Settings
+from app.core.store import Store
+from app.ui.window import MainWindow
 from engine.models.library import Library
 
 from .test_app import TIMEOUT, make_window, send
@@ -75,7 +75,7 @@ def test_attach_paste_drop_send_and_reopen(qtbot, tmp_path, tiny, monkeypatch):
     bad = tmp_path / "notes.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00 not a picture")  # binary: neither text nor a picture
     shown = []
-    monkeypatch.setattr("app.composer.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.composer.message", lambda p, icon, title, text, *a: shown.append(text))
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(bad)], ""))
     win.composer.attach_files()
     assert not win.attach_bar.items and len(shown) == 1 and "notes.png: a binary file" in shown[0]

@@ -7,8 +7,8 @@ import shutil
 
 from PySide6.QtWidgets import QMessageBox
 
-from app.model_picker import MANAGE
-from app.models_dialog import ModelsDialog
+from app.ui.model_picker import MANAGE
+from app.ui.dialogs.models_dialog import ModelsDialog
 from engine.models.hardware import Machine
 from engine.models.library import Library
 
@@ -69,7 +69,7 @@ def test_models_page_lists_loads_imports_and_removes(qtbot, tmp_path, tiny, gemm
     assert cells[0] == "tiny pair  (loaded)" and cells[2] == "gemma-4-test-assistant.gguf" and cells[5] == "fits"
     # importing a file that is not Gemma 4: one line says why, no list of every file in the folder
     shown = []
-    monkeypatch.setattr("app.models_dialog.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.dialogs.models_dialog.message", lambda p, icon, title, text, *a: shown.append(text))
     dlg.import_path(gemma3_path)
     assert len(shown) == 1 and "only for Gemma 4" in shown[0] and shown[0].count("\n") <= 3
     assert dlg.table.rowCount() == 2 and dlg.selected().entry.drafter is None

@@ -191,7 +191,7 @@ def test_unknown_quant_is_refused_with_the_choices(hub, tmp_path):
 
 @pytest.mark.parametrize("model", list(SIZE))
 def test_welcome_dialog_downloads_every_catalog_model(qtbot, hub, files, tmp_path, monkeypatch, model):
-    from app.welcome import DownloadDialog, WelcomeDialog
+    from app.ui.dialogs.welcome import DownloadDialog, WelcomeDialog
     from engine.models.hardware import Machine
     from engine.models.library import Library
 

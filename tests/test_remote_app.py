@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.connections import ConnectionEditor, load_connections, save_connections
+from app.ui.dialogs.connections import ConnectionEditor, load_connections, save_connections
 
 from .llamaserver import LlamaServer
 from .test_app import TIMEOUT, compare, make_window, send

@@ -228,7 +228,7 @@ def test_tandems_remote_backend_talks_to_tandem_serve(server):
 
 def test_the_window_compares_on_one_tandem_server(qtbot, tmp_path, tiny, server):
     """Connected to `tandem serve`, the MTP switch works per request and Compare needs no second server."""
-    from app.connections import Connection, save_connections
+    from app.ui.dialogs.connections import Connection, save_connections
 
     from .test_app import TIMEOUT, compare, make_window
 

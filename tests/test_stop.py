@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from app.chat_types import LoadRequest, ReplyRequest, ReplySettings
-from app.worker import EngineWorker
+from app.core.chat_types import LoadRequest, ReplyRequest, ReplySettings
+from app.session.worker import EngineWorker
 from engine.chat import ChatTemplate
 
 from .test_app import TIMEOUT, make_window

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
-from app.store import Store
-from app.window import MainWindow
+from app.core.settings import Settings
+from app.core.store import Store
+from app.ui.window import MainWindow
 from engine.models.library import Library
 
 from .test_app import TIMEOUT, make_window

@@ -9,8 +9,8 @@ from __future__ import annotations
 from PySide6.QtCore import QUrl, Qt
 from PySide6.QtGui import QImage, QTextDocument
 
-from app.store import Store
-from app.widgets import MessageWidget
+from app.core.store import Store
+from app.ui.widgets import MessageWidget
 
 
 def _png(path, w=300, h=400):
@@ -90,7 +90,7 @@ def test_window_starts_with_a_hostile_chat_as_the_newest(qtbot, tmp_path, tiny):
 
 
 def test_code_block_label_starts_its_own_line(qtbot):
-    from app.render import render_markdown
+    from app.ui.render import render_markdown
 
     doc = QTextDocument()
     render_markdown(doc, "See [the docs](https://example.com).\n\n```python\nprint(1)\n```\n")
