@@ -57,7 +57,7 @@ def mtp_limit(ceiling: float, costs_ms: tuple[float, float, float]) -> str:
 
 
 def mtp_switch_tip(info) -> str:
-    """The MTP switch's tooltip for the loaded model (an app.chat_types.ModelInfo, or None)."""
+    """The MTP switch's tooltip for the loaded model (an app.core.chat_types.ModelInfo, or None)."""
     if info is not None and info.remote and not info.can_switch_mtp:
         return (f"{info.engine} decides about drafting when it starts, not per request"
                 + (f": {info.mtp_reason}" if info.mtp_reason else ": it drafts"))

@@ -50,7 +50,7 @@ FIELDS: dict[str, Field] = {
     "drafter": Field("", _of(str)),
     "remote": Field(None, _optional_dict),  # {"connection", "model"}: a server model last used, else None
     "connections": Field([], _list_of_dicts),  # servers (app.connections.Connection as dicts; keys in the keyring)
-    "mcp_servers": Field([], _list_of_dicts),  # Settings → Tools (app.mcp_client.ServerConfig dicts), all off by default
+    "mcp_servers": Field([], _list_of_dicts),  # Settings → Tools (app.tools.mcp_client.ServerConfig dicts), all off by default
     "target_gpu_layers": Field(0, _of(int)),
     "drafter_gpu_layers": Field(0, _of(int)),
     "n_ctx": Field(4096, _of(int)),
@@ -119,7 +119,7 @@ class Settings(dict):
 
     def __setitem__(self, key, value):
         if key not in FIELDS:
-            raise KeyError(f"no setting named {key!r} (declare it in app.settings.FIELDS)")
+            raise KeyError(f"no setting named {key!r} (declare it in app.core.settings.FIELDS)")
         super().__setitem__(key, value)
 
     def update(self, other=(), **kw):

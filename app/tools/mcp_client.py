@@ -3,7 +3,7 @@
 The user adds servers in Settings → Tools: a program Tandem starts and talks to over its stdin
 and stdout ("stdio"), or a streamable-HTTP address. No Qt here: `ToolHub` owns one asyncio
 loop on a daemon thread and offers blocking, thread-safe methods for a worker thread
-(`app.tool_runner` wraps them for the GUI).
+(`app.session.tool_runner` wraps them for the GUI).
 
 Everything a server sends is untrusted and bounded: the number of tools, their schemas, the
 size of a message and of a result, and the time of every step. Whatever goes wrong during a
@@ -510,7 +510,7 @@ class ToolHub:
     """Connections to MCP servers on an asyncio loop of their own (a daemon thread).
 
     The public methods block and are thread-safe: call them from a worker thread, never from
-    the GUI thread (`app.tool_runner.ToolRunner` does that). A server that stops is forgotten
+    the GUI thread (`app.session.tool_runner.ToolRunner` does that). A server that stops is forgotten
     at once (its tools vanish; `on_lost(name, line)` is called on the hub's thread), so the
     next `connect` starts it again."""
 

@@ -127,7 +127,7 @@ class ChatSession(QObject):
         self._pending_load: LoadRequest | None = None
         self._text_counts: dict = {}  # tag -> callback(counts, exact), for count_texts
         self._file_texts: dict = {}  # attachment path -> its text, for attached_files
-        self.tools = None  # app.tool_runner.ToolRunner: the MCP servers the user switched on
+        self.tools = None  # app.session.tool_runner.ToolRunner: the MCP servers the user switched on
         self.tool_turn: ToolTurn | None = None
         self.force_tool = ""  # the user asked that the next answer call this tool
         self._context_used = 0  # the open chat's tokens, as last counted
@@ -370,7 +370,7 @@ class ChatSession(QObject):
 
     # ---- tools -------------------------------------------------------------------------
     def set_tool_runner(self, runner) -> None:
-        """The MCP servers' runner (app.tool_runner.ToolRunner): calls the user allowed go to it."""
+        """The MCP servers' runner (app.session.tool_runner.ToolRunner): calls the user allowed go to it."""
         self.tools = runner
         runner.finished.connect(self._on_tool_finished)
 

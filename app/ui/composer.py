@@ -27,7 +27,7 @@ class Composer(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.info = None  # the loaded model's app.chat_types.ModelInfo
+        self.info = None  # the loaded model's app.core.chat_types.ModelInfo
         self.editing = None  # the MessageWidget whose new version is in the input box
         # counts tokens: (texts, callback(counts, exact)) -> None, answered on the GUI thread
         self.counter = None

@@ -43,7 +43,7 @@ class ChatToolbar(QWidget):
             bar.addWidget(w)
 
     def show_model(self, info, busy: bool) -> None:
-        """Enable what the loaded model (an app.chat_types.ModelInfo, or None) allows."""
+        """Enable what the loaded model (an app.core.chat_types.ModelInfo, or None) allows."""
         can_draft = bool(info and info.can_draft)
         fixed = bool(info and info.remote and not info.can_switch_mtp)  # the server decides, not each request
         self.mtp_switch.setText(info.sources_label if info else "MTP")
