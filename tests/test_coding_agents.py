@@ -30,15 +30,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 import tomllib
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 
-from .llamaserver import free_port
 from .test_serve import Serve
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
@@ -94,31 +91,10 @@ def server_log(server: Serve) -> str:
     return server.proc.stdout.read().decode(errors="replace")
 
 
-class DefaultServe(Serve):
-    """`tandem serve` as `Serve` starts it, less its `--ctx 8192`: with the server's own default
-    context (32768 tokens), which Claude Code's first request (~17k tokens) has to fit."""
-
-    def __init__(self, tiny):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "-d",
-                                      str(tiny[0.7]), "--port", str(self.port)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        t = time.time()
-        while time.time() - t < 120:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stdout.read().decode(errors="replace")[-3000:])
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("tandem serve did not start")
-
-
 def test_claude_code_runs_a_turn_through_the_messages_api(real_vocab, tmp_path):
     bin_dir = install(CLAUDE_CODE)
-    server = DefaultServe(real_vocab)
+    # the server's own default context (32768 tokens), which Claude Code's first request (~17k) has to fit
+    server = Serve(real_vocab, ctx=None)
     try:
         props = httpx.get(f"http://127.0.0.1:{server.port}/props").json()
         assert props["default_generation_settings"]["n_ctx"] == 32768  # its default

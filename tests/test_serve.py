@@ -26,11 +26,12 @@ MSGS = [{"role": "user", "content": "Hello world, this is a test"}]
 
 
 class Serve:
-    def __init__(self, tiny, *extra, drafter=True, command=None):
+    def __init__(self, tiny, *extra, drafter=True, command=None, ctx: int | None = 8192):
+        """`ctx` None: the server's own default context."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         args = (command or [sys.executable, "-m", "engine"]) + ["serve", "-m", str(tiny["target"]), "--port", str(self.port),
-                "--ctx", "8192", *extra] + (["-d", str(tiny[0.7])] if drafter else [])
+                *(["--ctx", str(ctx)] if ctx else []), *extra] + (["-d", str(tiny[0.7])] if drafter else [])
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         t = time.time()
