@@ -123,13 +123,23 @@ def test_a_failing_tool_is_one_line(connected):
     assert connected.call("add", "not an object").kind == "error"
 
 
-def test_a_slow_tool_times_out_and_the_server_stays(connected):
+def test_a_tool_that_times_out_stops_its_server_to_start_it_again(connected, log):
+    """Found by a user: a frozen server stayed frozen, every later call timing out too. A call
+    that times out stops its server (said), and a later connect starts it again."""
+    lost = []
+    connected.on_lost = lambda name, line: lost.append((name, line))
     t = time.monotonic()
     out = connected.call("slow", {"seconds": 30}, timeout_s=2)
     took = time.monotonic() - t
-    assert out.kind == "timeout" and "2 s" in out.text and "slow" in out.text
+    assert out.kind == "timeout" and "2 s" in out.text and "slow" in out.text and "stopped" in out.text
     assert 1.9 <= took < 8
-    assert connected.call("add", {"a": 1, "b": 1}).text == "2"  # still connected
+    assert not connected.connected("test") and connected.call("add", {"a": 1, "b": 1}).kind == "unknown"
+    t = time.monotonic()
+    while not lost and time.monotonic() - t < 10:
+        time.sleep(0.05)
+    assert lost and lost[0][0] == "test" and "did not answer within 2 s" in lost[0][1]
+    connected.connect(stdio_config(log), CONNECT)
+    assert connected.call("add", {"a": 1, "b": 1}).text == "2"
 
 
 def test_a_crash_is_reported_at_once_and_the_server_starts_again(connected, log):
@@ -285,6 +295,21 @@ def test_runner_restarts_a_server_that_crashed(qtbot, runner, log):
     with qtbot.waitSignal(runner.finished, timeout=CONNECT * 1000) as sig:
         runner.call("c2", "add", {"a": 2, "b": 2})  # its server is still switched on: started again
     assert sig.args[1].text == "4"
+
+
+def test_runner_restarts_a_server_whose_call_timed_out(qtbot, runner, log):
+    with qtbot.waitSignal(runner.listed, timeout=CONNECT * 1000):
+        runner.refresh([stdio_config(log)])
+    done, listed = [], []
+    runner.finished.connect(lambda cid, out: done.append((cid, out)))
+    runner.listed.connect(lambda name, tools, error: listed.append((name, tools, error)))
+    runner.call("c1", "slow", {"seconds": 30}, timeout_s=2)
+    qtbot.waitUntil(lambda: bool(done and listed), timeout=30000)
+    assert done[0][1].kind == "timeout" and "starts again" in done[0][1].text
+    assert listed[0][0] == "test" and "did not answer within 2 s" in listed[0][2]  # said where servers are listed
+    with qtbot.waitSignal(runner.finished, timeout=CONNECT * 1000) as sig:
+        runner.call("c2", "add", {"a": 2, "b": 3})  # started again, not frozen
+    assert sig.args[1].text == "5"
 
 
 def test_runner_reports_a_server_that_cannot_start(qtbot, runner):

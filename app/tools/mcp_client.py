@@ -487,6 +487,7 @@ class _Server:
     notes: list[str] = field(default_factory=list)
     task: asyncio.Task | None = None
     failure: BaseException | None = None  # what a transport reported (HTTP: a connection error)
+    stopped_why: str = ""  # stopped by Tandem for a reason the user is told (a call that timed out)
 
     @property
     def name(self) -> str:
@@ -727,9 +728,9 @@ class ToolHub:
             srv.dead.set()
             self._forget(srv)
             self._all.discard(srv)
-            if registered and not srv.stop.is_set() and self.on_lost is not None:
+            if registered and (not srv.stop.is_set() or srv.stopped_why) and self.on_lost is not None:
                 try:
-                    self.on_lost(cfg.name, f"{srv.ended()}{srv.stopped_text()}")
+                    self.on_lost(cfg.name, srv.stopped_why or f"{srv.ended()}{srv.stopped_text()}")
                 except Exception:
                     pass
 
@@ -781,7 +782,13 @@ class ToolHub:
         try:
             result = await self._race(srv, srv.session.call_tool(tool.name, arguments), timeout_s)
         except TimeoutError:
-            return ToolOutcome("timeout", f"the tool {tool.key} did not answer within {timeout_s:g} s")
+            # a server that did not answer may be frozen (every later call would time out too):
+            # it is stopped, and started again for the next call, as after a crash
+            why = f"the tool {tool.key} did not answer within {timeout_s:g} s"
+            srv.stopped_why = f"the MCP server '{srv.name}' was stopped because {why}; it starts again"
+            srv.stop.set()
+            self._forget(srv)
+            return ToolOutcome("timeout", f"{why}; its server '{srv.name}' was stopped and starts again")
         except _Dead:
             return await self._lost(srv, tool, mark)
         except asyncio.CancelledError:
