@@ -173,8 +173,9 @@ def _tightened(schema):
             else:
                 out[k] = tighten(v)
         props = s.get("properties")
+        required = s.get("required") if isinstance(s.get("required"), list) else []  # draft 3: a bool
         if may_close and isinstance(props, dict) and "additionalProperties" not in s and "patternProperties" not in s \
-                and all(k in props for k in s.get("required") or [] if isinstance(k, str)):
+                and all(k in props for k in required if isinstance(k, str)):
             out["additionalProperties"] = False
         types = s.get("type") if isinstance(s.get("type"), list) else [s.get("type")]
         if ("number" in types or "integer" in types) and not any(k in s for k in ("enum", "const")):

@@ -166,6 +166,10 @@ def test_objects_hold_the_keys_their_schema_names_unless_it_asks_for_more():
     both = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
                       {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
     assert _matches(from_json_schema(both), '{"a": 1, "b": 2}')
+    # draft 3's `"required": true` is not a list of names: refused in words (it was a TypeError: a 500)
+    inner = {"type": "object", "properties": {"b": {"type": "integer"}}, "required": True}
+    with pytest.raises(GrammarError, match="required"):
+        from_json_schema({"type": "object", "properties": {"a": inner}})
     # an object that requires a key it does not declare stays open (closed, it could never be written)
     assert _matches(from_json_schema({"type": "object", "properties": {"a": {}}, "required": ["id"]}), '{"id": 1}')
 
