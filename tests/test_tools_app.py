@@ -133,7 +133,11 @@ def test_timeout_crash_and_a_result_too_large_are_one_line_and_the_chat_goes_on(
     msgs = _done(qtbot, win)
     assert card.state == "timeout" and "3 s" in card.status.text()
     assert msgs[-2].content.startswith("The call failed: ") and msgs[-1].role == "assistant"
+    assert "starts again" in card.status.text()  # it may be frozen: its server was stopped
 
+    # the stopped server starts again by itself: its tools are offered again
+    qtbot.waitUntil(lambda: any("call crash" in a.text() for a in win.composer.tools_menu.actions()),
+                    timeout=TIMEOUT)
     card = _ask(qtbot, win, "crash")
     card.buttons["once"].click()
     msgs = _done(qtbot, win)
