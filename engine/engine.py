@@ -316,20 +316,27 @@ class Engine(Backend):
                 on_event(ev)
         return res
 
+    @staticmethod
+    def _logits_after(tgt, prompt: list[int], generated: list[int], one_by_one: bool = True) -> np.ndarray:
+        """The target's logits for the token after prompt+generated, decoded from the start: the
+        prompt in batches, then the generated tokens one at a time (as baseline decoding writes
+        their cache cells) or in batches (as verifies write them)."""
+        tgt.truncate(0)
+        at = 0
+        for part, step in ((list(prompt), tgt.n_batch), (list(generated), 1 if one_by_one else tgt.n_batch)):
+            for i in range(0, len(part), step):  # as the scheduler's prefill: logits of a part's last chunk
+                chunk = part[i:i + step]
+                tgt.decode(chunk, at, outputs="last" if i + step >= len(part) else "none")
+                at += len(chunk)
+        return tgt.logits(-1).copy()  # the last output row of the last batch
+
     def next_token_margin(self, prompt: list[int], generated: list[int]) -> float:
         """Gap between the best and second-best logit for the token after prompt+generated,
         computed the way baseline decoding computes it (prompt batched, then one token at a
         time): how close the target was to a tie there."""
         with self._alone() as tgt:
             tgt.set_hidden_output(False)
-            for i in range(0, len(prompt), tgt.n_batch):
-                chunk = prompt[i:i + tgt.n_batch]
-                tgt.decode(chunk, i, outputs="last")
-            row = len(chunk) - 1
-            for j, t in enumerate(generated):
-                tgt.decode([t], len(prompt) + j, outputs="last")
-                row = 0
-            top = np.sort(tgt.logits(row))
+            top = np.sort(self._logits_after(tgt, prompt, generated))
         return float(top[-1] - top[-2])
 
     def batch_noise_at(self, prompt: list[int], generated: list[int], max_rows: int = 9) -> float:
@@ -344,34 +351,17 @@ class Engine(Backend):
         seq = list(prompt) + list(generated)
         with self._alone() as tgt:
             tgt.set_hidden_output(False)
-            head = seq[:-1]
-            for i in range(0, len(head), tgt.n_batch):
-                tgt.decode(head[i:i + tgt.n_batch], i, outputs="none")
-            n = len(head)
-            tgt.decode([seq[-1]], n, outputs="last")
-            single = tgt.logits(0).copy()
+            n = len(seq) - 1
+            single = self._logits_after(tgt, seq[:-1], seq[-1:])
             worst = 0.0
             for rows in range(2, max_rows + 1):
                 tgt.truncate(n)
-                tgt.decode([seq[-1]] + [seq[-1]] * (rows - 1), n, outputs="all")
+                tgt.decode([seq[-1]] * rows, n, outputs="all")
                 worst = max(worst, float(np.max(np.abs(tgt.logits_rows(rows)[0] - single))))
             if generated:
                 # the cache itself: a drafting run wrote the generated tokens' cells in verify
                 # batches, the baseline one at a time (on Gemma 3 270M Q4_K_M this alone moves
                 # the next logits by 0.8-2.3 within 64 tokens, where the rows above moved none)
-                at = len(prompt)
-                ends = []
-                for batched in (False, True):
-                    tgt.truncate(0)  # from the start: sliding-window cells past the prompt are recycled
-                    for i in range(0, at, tgt.n_batch):
-                        tgt.decode(list(prompt[i:i + tgt.n_batch]), i, outputs="none")
-                    if batched:
-                        for i in range(0, len(generated), tgt.n_batch):
-                            part = list(generated[i:i + tgt.n_batch])
-                            tgt.decode(part, at + i, outputs="last")
-                    else:
-                        for i, tok in enumerate(generated):
-                            tgt.decode([tok], at + i, outputs="last")
-                    ends.append(tgt.logits(-1).copy())  # the last output row of the last batch
+                ends = [self._logits_after(tgt, prompt, generated, one_by_one) for one_by_one in (True, False)]
                 worst = max(worst, float(np.max(np.abs(ends[0] - ends[1]))))
         return worst
