@@ -42,6 +42,10 @@ MAX_UNBOUNDED = 2**53 - 1
 JSON_OPTIONS = {"whitespace_pattern": r"( |\n{1,2}[ \t]{0,20})"}
 
 
+_VALUES = ("enum", "const", "default", "examples")  # a schema's keywords whose values are JSON, not schemas
+_NAMED = ("properties", "patternProperties", "$defs", "definitions")  # names -> schemas
+
+
 class GrammarError(TandemError, ValueError):
     """A grammar or schema that cannot be used: the message names the problem."""
 
@@ -72,7 +76,7 @@ def _check_schema(schema, depth: int = 0, count: list | None = None) -> None:
         if isinstance(ref, str) and not ref.startswith("#"):
             raise GrammarError(f"the JSON schema refers to {ref[:80]!r}: only local references (#/...) are used")
         for k, v in schema.items():
-            if k in ("enum", "const", "default", "examples"):  # values, not schemas
+            if k in _VALUES:
                 continue
             _check_schema(v, depth + 1, count)
     elif isinstance(schema, list):
@@ -87,9 +91,9 @@ def _where(schema, key: str, path: str = "", value=None) -> str | None:
         if key in schema and (value is None or schema[key] == value):
             return path or "/"
         for k, v in schema.items():
-            if k in ("enum", "const", "default", "examples"):
+            if k in _VALUES:
                 continue
-            if k in ("properties", "$defs", "definitions", "patternProperties") and isinstance(v, dict):
+            if k in _NAMED and isinstance(v, dict):
                 for name, sub in v.items():
                     found = _where(sub, key, f"{path}/{k}/{name.replace('~', '~0').replace('/', '~1')}", value)
                     if found:
@@ -118,10 +122,6 @@ _UNSUPPORTED = [
 
 _INTERSECTING = ("allOf", "if", "then", "else", "not", "dependentSchemas", "unevaluatedProperties")
 _SCHEMA_KEYS = ("properties", "required", "patternProperties", "additionalProperties", "type", "items")
-
-
-_VALUES = ("enum", "const", "default", "examples")  # JSON values, not schemas
-_NAMED = ("properties", "patternProperties", "$defs", "definitions")  # names -> schemas
 
 
 def _intersects(schema) -> bool:
@@ -181,9 +181,10 @@ def _tightened(schema):
         if ("number" in types or "integer" in types) and not any(k in s for k in ("enum", "const")):
             lo = [v for k in ("minimum", "exclusiveMinimum") if _number(v := s.get(k))]
             hi = [v for k in ("maximum", "exclusiveMaximum") if _number(v := s.get(k))]
-            if not lo and not any(k in s for k in ("minimum", "exclusiveMinimum")) and min(hi, default=0) > -MAX_UNBOUNDED:
+            # a bound of the schema's own stands; one beyond the range keeps the other side open
+            if not any(k in s for k in ("minimum", "exclusiveMinimum")) and min(hi, default=0) > -MAX_UNBOUNDED:
                 out["minimum"] = -MAX_UNBOUNDED
-            if not hi and not any(k in s for k in ("maximum", "exclusiveMaximum")) and max(lo, default=0) < MAX_UNBOUNDED:
+            if not any(k in s for k in ("maximum", "exclusiveMaximum")) and max(lo, default=0) < MAX_UNBOUNDED:
                 out["maximum"] = MAX_UNBOUNDED
         return out
 
