@@ -8,7 +8,7 @@ import sys
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--template-worker"]:  # the bundle's chat-template helper process
-        from engine.template_sandbox import worker_main
+        from engine.gemma4.template_sandbox import worker_main
 
         return worker_main()
     from engine.cli import main as cli_main

@@ -2,7 +2,7 @@
 `Backend` interface itself. No llama.cpp here, so the interface imports no implementation.
 
 Two implementations yield the same `GenerationEvent`s and `GenerationStats`:
-  - `engine.engine.Engine`: llama.cpp in this process (baseline and MTP, Tandem's own loop);
+  - `engine.local.engine.Engine`: llama.cpp in this process (baseline and MTP, Tandem's own loop);
   - `engine.backends.remote.RemoteBackend`: an OpenAI-compatible server (llama-server, vLLM,
     SGLang, Ollama) doing the decoding; draft statistics come from what the server reports.
 """
@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .text import TokenPiece
+from .gemma4.text import TokenPiece
 
 AUTO = "auto"  # the draft length chosen every step from measured costs and acceptance: its one spelling
 MAX_DRAFT = 15  # the longest fixed draft length
@@ -53,7 +53,7 @@ class GenerationConfig:
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
     strict_mtp: bool = False  # raise instead of falling back to baseline
-    grammar: str | None = None  # a grammar the output must follow (engine.grammar.from_*: llguidance's form), or
+    grammar: str | None = None  # a grammar the output must follow (engine.local.grammar.from_*: llguidance's form), or
     json_schema: dict | str | None = None  # a JSON schema it must match (made a grammar)
     logprobs: int | None = None  # 0..MAX_LOGPROBS: each token's log-probability and this many alternatives
 

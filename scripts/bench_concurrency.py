@@ -23,7 +23,7 @@ import httpx2 as httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.load_bench import load_table, measure_in_turn  # noqa: E402
+from engine.bench.load import load_table, measure_in_turn  # noqa: E402
 
 
 def free_port() -> int:

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.bench import run_bench  # noqa: E402
-from engine.edit_suite import SUITE_CTX, edit_groups  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.runtime import LoadOptions  # noqa: E402
+from engine.bench.side_by_side import run_bench  # noqa: E402
+from engine.bench.edit_suite import SUITE_CTX, edit_groups  # noqa: E402
+from engine.local.engine import Engine  # noqa: E402
+from engine.local.runtime import LoadOptions  # noqa: E402
 
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 ACCEPT = re.compile(r"n_drafted\s*=\s*(\d+).*?n_accept\s*=\s*(\d+)", re.S)

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import grammar as G  # noqa: E402
-from engine.bench import load_prompts, prompt_tokens  # noqa: E402
-from engine.engine import Engine  # noqa: E402
+from engine.bench.side_by_side import load_prompts, prompt_tokens  # noqa: E402
+from engine.local.engine import Engine  # noqa: E402
 from engine.generation import AUTO, GenerationConfig  # noqa: E402
 
 GRAMMAR_CALLS = ("allowed", "allows", "best", "valid_prefix", "forced", "clone", "accept")

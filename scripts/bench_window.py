@@ -24,7 +24,7 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 
 def engine_run(engine, tokens: int) -> float:
-    from engine.engine import GenerationConfig
+    from engine.local.engine import GenerationConfig
 
     engine.reset()
     r = engine.run(engine.format_chat([{"role": "user", "content": PROMPT}]),
@@ -70,8 +70,8 @@ def main() -> int:
     from app.core.settings import Settings
     from app.core.store import Store
     from app.ui.window import MainWindow
-    from engine.engine import Engine
-    from engine.runtime import LoadOptions
+    from engine.local.engine import Engine
+    from engine.local.runtime import LoadOptions
 
     tmp = Path(tempfile.mkdtemp(prefix="tandem-bench-"))
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -120,7 +120,7 @@ def same_template(model, folder: Path) -> list[str]:
 
     if "tokenizer.chat_template" in gguf.GGUFReader(str(model)).fields:
         return []
-    from engine.chat import FALLBACK_TEMPLATE
+    from engine.gemma4.chat import FALLBACK_TEMPLATE
 
     path = folder / "template.jinja"
     path.write_text(FALLBACK_TEMPLATE)

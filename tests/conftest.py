@@ -52,7 +52,7 @@ def gemma3_path():
 @pytest.fixture(scope="session")
 def engine07(tiny):
     """One engine with the agreement-0.7 drafter, shared by tests that reset it as needed."""
-    from engine.engine import Engine
+    from engine.local.engine import Engine
 
     e = Engine.load(tiny["target"], tiny[0.7])
     yield e

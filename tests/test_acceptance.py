@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.engine import Engine, GenerationConfig
+from engine.local.engine import Engine, GenerationConfig
 
 from .conftest import PROMPTS
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from engine.bench import NEAR_TIE_GAP
-from engine.engine import Engine, GenerationConfig
+from engine.bench.side_by_side import NEAR_TIE_GAP
+from engine.local.engine import Engine, GenerationConfig
 from engine.sampling import SamplingParams
 from engine.strategies import CostModel
 from engine.testmodels import make_test_models

@@ -10,8 +10,8 @@ import time
 import httpx2 as httpx
 import pytest
 
-from engine.engine import Engine, GenerationConfig
-from engine.runtime import LoadOptions
+from engine.local.engine import Engine, GenerationConfig
+from engine.local.runtime import LoadOptions
 
 from .conftest import PROMPTS
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.chat import ChannelSplitter, ChatTemplate
-from engine.engine import Engine, GenerationConfig
+from engine.gemma4.chat import ChannelSplitter, ChatTemplate
+from engine.local.engine import Engine, GenerationConfig
 from engine.errors import ContextOverflowError, TemplateError
-from engine.runtime import LoadOptions
+from engine.local.runtime import LoadOptions
 from engine.testmodels import CHAT_TEMPLATE
 
 
@@ -124,7 +124,7 @@ def test_context_overflow_is_reported_and_oldest_turns_can_be_dropped(tiny):
 # ---- runaway templates: bounded time, output and memory ---------------------------------
 @pytest.fixture
 def quick_renderer(monkeypatch):
-    from engine.template_sandbox import shared_renderer
+    from engine.gemma4.template_sandbox import shared_renderer
 
     r = shared_renderer()
     monkeypatch.setattr(r, "timeout_s", 2.0)
@@ -146,7 +146,7 @@ def test_runaway_templates_are_stopped_with_a_clear_message(quick_renderer, runa
 def test_a_render_can_be_stopped(quick_renderer):
     import time
 
-    from engine.template_sandbox import RenderCancelled
+    from engine.gemma4.template_sandbox import RenderCancelled
 
     t0 = time.monotonic()
     slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -206,7 +206,7 @@ def test_drop_oldest_turns_renders_log_n_times(tiny):
 def test_continue_a_cut_reply_equals_the_uncut_reply(gemma3_path):
     """Continue: the answer so far goes after the generation prompt and the model carries on;
     greedy, 20 + 20 tokens is the same text as 40 at once (real text, whose pieces round-trip)."""
-    from engine.runtime import LoadOptions
+    from engine.local.runtime import LoadOptions
 
     e = Engine.load(gemma3_path, None, LoadOptions(n_ctx=512, n_threads=2))
     try:

@@ -85,7 +85,7 @@ def test_version():
 
 
 def test_bench_aggregates_rates_from_sums():
-    from engine.bench import Aggregate
+    from engine.bench.side_by_side import Aggregate
     from engine.stats import GenerationStats
 
     a = Aggregate("mtp", 3)

@@ -227,7 +227,7 @@ def _joint_k(costs, n_seqs, acceptance=0.9):
     """The scheduler's one MTP draft length for n sequences drafting with auto."""
     from types import SimpleNamespace
 
-    from engine.scheduler import Scheduler
+    from engine.local.scheduler import Scheduler
 
     sched = Scheduler(None, None, 0, None, costs, None)
     seqs = []

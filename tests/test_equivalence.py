@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.bench import NEAR_TIE_GAP
-from engine.engine import Engine, GenerationConfig
-from engine.runtime import LoadOptions
+from engine.bench.side_by_side import NEAR_TIE_GAP
+from engine.local.engine import Engine, GenerationConfig
+from engine.local.runtime import LoadOptions
 
 from .conftest import PROMPTS
 

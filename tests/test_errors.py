@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import Engine, GenerationConfig
+from engine.local.engine import Engine, GenerationConfig
 from engine.errors import DrafterMismatchError, ModelFileError, MTPUnavailableError
 from engine.testmodels import make_test_models
 
@@ -184,7 +184,7 @@ def test_copy_of_good_file_still_loads(tiny, tmp_path):
 def test_small_context_uses_the_batch_llama_cpp_chose(tiny):
     """n_ctx 300 made llama.cpp cap its batch at 300 while prompts were cut in chunks of 512:
     a long prompt aborted the process (GGML_ASSERT n_tokens_all <= n_batch)."""
-    from engine.runtime import LoadOptions
+    from engine.local.runtime import LoadOptions
 
     e = Engine.load(tiny["target"], tiny[1.0], LoadOptions(n_ctx=300))
     try:

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from engine.engine import Engine
+from engine.local.engine import Engine
 from engine.generation import GenerationConfig
-from engine.grammar import GrammarError, from_gbnf, from_json_schema
+from engine.local.grammar import GrammarError, from_gbnf, from_json_schema
 from engine.sampling import SamplingParams
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "tag", "name", "items"],
@@ -70,7 +70,7 @@ def test_constrained_greedy_is_unconstrained_greedy_wherever_the_grammar_allows_
     of text rules out tokens that are no text, such as control tokens and a lone UTF-8
     continuation byte: that is where they part.) Raw prompts: the chat template's turn markers
     would end the comparison at once."""
-    from engine.grammar import Grammar
+    from engine.local.grammar import Grammar
 
     e = engines["0.7"]
     for prompt in ("w000050 w000051 w000052", "Hello world, this is a test"):
@@ -214,7 +214,7 @@ def test_the_mask_and_the_single_checks_agree_along_a_reply(engines):
     row, and each token's own check says what the mask says."""
     import numpy as np
 
-    from engine.grammar import Grammar
+    from engine.local.grammar import Grammar
 
     e = engines["0.7"]
     rng = np.random.default_rng(3)

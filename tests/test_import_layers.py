@@ -61,6 +61,13 @@ ROOMS = {
     "app.core": (("PySide6", "shiboken6", "pyqtgraph", "app.ui", "app.session", "app.tools"), ()),
     "app.tools": (("PySide6", "shiboken6", "pyqtgraph", "app.ui", "app.session"), ()),
     "app.session": (("PySide6", "shiboken6", "pyqtgraph", "app.ui"), ("PySide6.QtCore",)),
+    # the engine: what runs a model and what reads Gemma 4's format never serve HTTP, parse a
+    # command line or run a benchmark; the format needs no loaded model (its call grammar is
+    # compiled by local.grammar, the one grammar engine, and nothing else of local/)
+    "engine.local": (("engine.serve", "engine.cli", "engine.bench", "engine.backends", "fastapi", "starlette"), ()),
+    "engine.gemma4": (("engine.serve", "engine.cli", "engine.bench", "engine.backends", "engine.local",
+                       "engine.strategies", "fastapi", "starlette"), ("engine.local.grammar",)),
+    "engine.strategies": (("engine.serve", "engine.cli", "engine.bench", "engine.backends", "fastapi"), ()),
 }
 
 
@@ -75,6 +82,13 @@ def _room_breaches(name: str, imports: set[str]) -> list[str]:
     # `from PySide6.QtCore import Signal` also names the bare package: allowed when QtCore is
     return sorted(i for i in imports if under(i, banned) and not under(i, allowed)
                   and not (i == "PySide6" and allowed))
+
+
+def test_the_engine_rooms_keep_their_rule():
+    modules = {_module_name(p): p for p in (ROOT / "engine").rglob("*.py")}
+    assert {"engine.local", "engine.gemma4", "engine.serve", "engine.cli", "engine.bench", "engine.testmodels"} <= set(modules)
+    bad = {name: b for name, path in sorted(modules.items()) if (b := _room_breaches(name, _imports(path, name)))}
+    assert not bad, bad
 
 
 def test_the_rooms_keep_their_rule():
@@ -96,6 +110,9 @@ def test_the_room_rule_catches_a_breach():
     assert _room_breaches("app.core.help_text", {"app.ui", "app.ui.theme"})
     assert not _room_breaches("app.session.worker", {"PySide6.QtCore", "PySide6.QtCore.Signal", "app.core.chat_types"})
     assert not _room_breaches("app.ui.window", {"PySide6.QtWidgets"})
+    assert _room_breaches("engine.local.engine", {"engine.serve.request"})
+    assert _room_breaches("engine.gemma4.tools", {"engine.local.runtime"})
+    assert not _room_breaches("engine.gemma4.tools", {"engine.local.grammar", "engine.local.grammar.from_lark"})
 
 
 def test_no_import_cycles():

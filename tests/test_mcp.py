@@ -17,7 +17,7 @@ import pytest
 
 from app.tools.mcp_client import McpError, ServerConfig, ToolHub, _index, declarations, load_servers
 from app.core.settings import Settings
-from engine.tools import NAME, check_tools
+from engine.gemma4.tools import NAME, check_tools
 
 pytestmark = pytest.mark.timeout(180)
 

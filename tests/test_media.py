@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.engine import Engine, GenerationConfig
+from engine.local.engine import Engine, GenerationConfig
 from engine.errors import ModelFileError
-from engine.media import MediaError, load_media
+from engine.local.media import MediaError, load_media
 from engine.testmodels import write_projector
 
 

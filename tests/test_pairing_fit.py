@@ -178,7 +178,7 @@ def test_machine_facts_come_from_psutil():
     import psutil
 
     from engine.models.hardware import system_ram
-    from engine.runtime import physical_cores
+    from engine.local.runtime import physical_cores
 
     avail, total = system_ram()
     assert 0 < avail <= total and abs(total - psutil.virtual_memory().total) < 2**20

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import Engine
+from engine.local.engine import Engine
 from engine.models.catalog import find, load_catalog
 from engine.models.download import Downloader, DownloadError
 from engine.models.repo_files import has_quant, is_drafter_name, pick_target, precision_rank

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.engine import Engine, GenerationConfig
-from engine.runtime import LoadOptions
+from engine.local.engine import Engine, GenerationConfig
+from engine.local.runtime import LoadOptions
 
 PROMPTS = [
     "The capital of France is",

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from engine.backends.remote import RemoteBackend, RemoteError, parse_metrics
-from engine.engine import GenerationConfig
+from engine.local.engine import GenerationConfig
 
 from .llamaserver import LlamaServer, free_port
 from .recordedserver import RecordedServer

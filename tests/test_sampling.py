@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engine.engine import Engine, GenerationConfig
+from engine.local.engine import Engine, GenerationConfig
 from engine.sampling import SamplingParams, distribution, sample_residual
 
 N = 1500  # samples per arm

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from engine.backends.remote import RemoteBackend
-from engine.engine import GenerationConfig
+from engine.local.engine import GenerationConfig
 
 from .llamaserver import free_port
 
@@ -264,8 +264,8 @@ def test_a_request_ending_never_stops_the_window_s_reply_beside_it(tiny):
     server switch). A request's end, whole or with its client gone mid-stream, stops its own
     sequence only: the window's reply beside it runs to its last token. (A request's clean-up
     once cancelled the whole engine, and the window's reply died after one token.)"""
-    from engine.engine import Engine
-    from engine.runtime import LoadOptions
+    from engine.local.engine import Engine
+    from engine.local.runtime import LoadOptions
     from engine.serve import BackgroundServer, ServerState
 
     engine = Engine.load(tiny["target"], tiny[1.0], LoadOptions(n_ctx=4096, n_seq=2))

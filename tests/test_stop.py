@@ -7,7 +7,7 @@ import time
 
 from app.core.chat_types import LoadRequest, ReplyRequest, ReplySettings
 from app.session.worker import EngineWorker
-from engine.chat import ChatTemplate
+from engine.gemma4.chat import ChatTemplate
 
 from .test_app import TIMEOUT, make_window
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.engine import GenerationConfig
-from engine.text import TextAssembler
+from engine.local.engine import GenerationConfig
+from engine.gemma4.text import TextAssembler
 
 
 def test_events_carry_deltas_tokens_origins_and_stats(engine07):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.engine import Engine, GenerationConfig
-from engine.runtime import LoadOptions
+from engine.local.engine import Engine, GenerationConfig
+from engine.local.runtime import LoadOptions
 
 # n_ubatch 16: the sliding-window cache of the tiny model (window 16) holds 256 cells, so a
 # conversation of a few hundred tokens recycles its oldest cells.

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from engine.tools import CallParser, ToolError, calls_grammar, check_tools, parse_call
+from engine.gemma4.tools import CallParser, ToolError, calls_grammar, check_tools, parse_call
 
 # Strings the model writes freely never end with the synthetic model (its walk up the vocabulary
 # never reaches Gemma's string delimiter), so the forced calls here choose among values: a real
@@ -294,7 +294,7 @@ def test_declarations_and_choices_are_checked():
 def test_tool_text_from_outside_never_becomes_a_control_token(gemma4_tools):
     """A tool's answer (a web page, a file) or an earlier call's arguments that contain the
     model's markers stay text: they cannot end the turn or fake a call."""
-    from engine.engine import Engine
+    from engine.local.engine import Engine
 
     e = Engine.load(gemma4_tools["target"], gemma4_tools[0.7])
     try:
@@ -334,7 +334,7 @@ def test_a_reply_cut_by_the_budget_says_length_even_after_a_call():
     from engine.serve.reply import ChoiceReply
     from engine.generation import GenerationEvent
     from engine.stats import GenerationStats
-    from engine.text import TokenPiece
+    from engine.gemma4.text import TokenPiece
 
     def ev(parts, finish=None):
         stats = GenerationStats(finish_reason=finish)
@@ -427,9 +427,9 @@ def test_a_forced_call_works_on_a_vocabulary_without_gemma_4_s_markers(gemma3_pa
     """A GGUF whose vocabulary lacks <|tool_call>, <|"|> ... as tokens (Gemma 3 here; a converted
     fine-tune, a test model): the markers are matched as text, as llama.cpp's own Gemma 4
     grammar matches them, and the call written in text is read as a call."""
-    from engine.engine import Engine
+    from engine.local.engine import Engine
     from engine.generation import GenerationConfig
-    from engine.reply import ReplyAssembler
+    from engine.gemma4.reply import ReplyAssembler
 
     e = Engine.load(gemma3_path)
     try:

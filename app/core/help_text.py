@@ -22,7 +22,7 @@ MTP_EXPLAINED = (
 def about() -> str:
     """Help → About: versions, the llama.cpp build, GPU offload, where the log is."""
     import engine
-    from engine.llama import supports_gpu_offload, system_info, version
+    from engine.local.llama import supports_gpu_offload, system_info, version
 
     from .diagnostics import log_path
 

@@ -16,15 +16,15 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import TandemError
-from engine.engine import Engine
+from engine.local.engine import Engine
 from engine.errors import ContextOverflowError
 from engine.generation import DEFAULT_PARALLEL, GenerationConfig
-from engine.runtime import LoadOptions
+from engine.local.runtime import LoadOptions
 from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
-from engine.reply import ReplyAssembler
-from engine.template_sandbox import RenderCancelled
-from engine.tools import calls_grammar
+from engine.gemma4.reply import ReplyAssembler
+from engine.gemma4.template_sandbox import RenderCancelled
+from engine.gemma4.tools import calls_grammar
 
 from app.core.chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
@@ -43,7 +43,7 @@ class EngineWorker(QObject):
 
     def __init__(self):
         super().__init__()
-        self.engine = None  # the backend: engine.engine.Engine or engine.backends.remote.RemoteBackend
+        self.engine = None  # the backend: engine.local.engine.Engine or engine.backends.remote.RemoteBackend
         self.baseline = None  # remote only: the same model served without a drafter, for Compare
         self._media_cache: OrderedDict = OrderedDict()  # attachment path -> decoded Media
         self._closing = False
@@ -119,7 +119,7 @@ class EngineWorker(QObject):
     def _load_pair(req: LoadRequest, opts, progress):
         """The engine, with the projector next to the target when there is one. A projector
         that cannot be used leaves the model usable for text, and says why."""
-        from engine.media import ProjectorError
+        from engine.local.media import ProjectorError
         from engine.models.pairing import find_projector
 
         mmproj = req.mmproj
@@ -283,7 +283,7 @@ class EngineWorker(QObject):
         """Messages whose "attachments" (files the window stored) become decoded media, here in
         the engine thread: decoding a big picture must never hold up the window. Text files go
         into the message's text, each as a fenced block with its name and language."""
-        from engine.media import load_media
+        from engine.local.media import load_media
 
         from app.core.text_files import decode_text, with_files
 

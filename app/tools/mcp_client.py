@@ -38,7 +38,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import Implementation
 
 from engine import __version__
-from engine.tools import MAX_TOOLS, MAX_TOOLS_BYTES, NAME, ToolError, check_tools
+from engine.gemma4.tools import MAX_TOOLS, MAX_TOOLS_BYTES, NAME, ToolError, check_tools
 
 from mcp.shared.exceptions import MCPError as _SdkError
 from mcp_types import jsonrpc_message_adapter as _adapter
@@ -177,7 +177,7 @@ def load_servers(settings) -> tuple[list[ServerConfig], list[str]]:
 class ToolInfo:
     server: str  # the ServerConfig name
     name: str  # the tool's name on its server
-    key: str  # the name the model sees: unique among connected servers, matches engine.tools.NAME
+    key: str  # the name the model sees: unique among connected servers, matches engine.gemma4.tools.NAME
     description: str = ""
     input_schema: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
@@ -191,7 +191,7 @@ class ToolInfo:
 
 
 def declarations(tools: list[ToolInfo]) -> list[dict]:
-    """Declarations for `tools`, as many as engine.tools.check_tools takes (count and total size)."""
+    """Declarations for `tools`, as many as engine.gemma4.tools.check_tools takes (count and total size)."""
     out, size = [], 2
     for t in tools[:MAX_TOOLS]:
         d = t.declaration()

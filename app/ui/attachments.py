@@ -13,7 +13,7 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QImageReader, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
-from engine.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
+from engine.local.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
 
 from app.core.text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
 

@@ -27,7 +27,7 @@ import openai
 
 from ..errors import TandemError
 from ..stats import GenerationStats
-from ..text import TokenPiece
+from ..gemma4.text import TokenPiece
 from ..generation import SERVER_DRAFT, Backend, GenerationEvent
 
 CONNECT_TIMEOUT_S = 5.0

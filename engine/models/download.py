@@ -391,7 +391,7 @@ class Downloader:
     def _download_projector(self, f: RemoteFile | None, ti, notes: list, on_progress) -> Path | None:
         if f is None:
             return None
-        from ..media import read_projector_info
+        from ..local.media import read_projector_info
 
         p = self.download(f, "projector", on_progress)
         try:

@@ -52,7 +52,7 @@ def _ggml():
 
 def devices() -> list[Device]:
     """The compute devices llama.cpp sees, with their free and total memory."""
-    from ..llama import ensure_backend
+    from ..local.llama import ensure_backend
 
     ensure_backend()
     lib = _ggml()
@@ -109,7 +109,7 @@ def cpu_bandwidth() -> float:
 
         import numpy as np
 
-        from ..runtime import physical_cores
+        from ..local.runtime import physical_cores
 
         a = np.ones(64 * 2**20, np.float32)
         best = 0.0

@@ -17,7 +17,7 @@ from .admission import ServerState, generate
 from . import request as rq
 from .errors import ApiError, from_exception
 from .openai_shapes import Timings
-from ..reply import Delta
+from ..gemma4.reply import Delta
 from .reply import ChoiceReply
 from .request import ChatRequest, ToolUse
 

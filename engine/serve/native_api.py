@@ -27,7 +27,7 @@ from pydantic import ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
 from ..generation import MAX_LOGPROBS
-from ..reply import ReplyAssembler
+from ..gemma4.reply import ReplyAssembler
 from . import request as rq
 from .admission import ServerState, admit, watched
 from .choice import Choice, merged, off_loop, open_together, timings

@@ -4,7 +4,7 @@ logprobs), over the engine's reply assembler (engine/reply.py).
 
 from __future__ import annotations
 
-from ..reply import Delta, ReplyAssembler
+from ..gemma4.reply import Delta, ReplyAssembler
 from . import openai_shapes as oa
 
 

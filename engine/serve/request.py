@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..generation import AUTO, MAX_LOGPROBS, GenerationConfig, check_draft_length, check_spec
 from ..sampling import SamplingParams
-from ..tools import ToolError, calls_grammar, check_tools
+from ..gemma4.tools import ToolError, calls_grammar, check_tools
 from .errors import ApiError
 
 MAX_CHOICES = 16  # n: choices of one request, decoded together (one sequence each)
@@ -226,7 +226,7 @@ def output_format(req: Sampling) -> dict:
 def checked_grammar(gbnf: str) -> str:
     """llama.cpp's `grammar` (GBNF) as the grammar engine's own, checked now: one that cannot be
     used is a 400 saying why, before anything is decoded."""
-    from ..grammar import GrammarError, from_gbnf
+    from ..local.grammar import GrammarError, from_gbnf
 
     if not gbnf.strip():
         raise ApiError(400, "grammar is empty", param="grammar")
@@ -240,7 +240,7 @@ def response_format(fmt: dict | None, param: str = "response_format") -> dict:
     """response_format as GenerationConfig fields: a grammar for json_object (or, as llama-server
     takes it, json_object with a "schema"), a JSON schema for json_schema (checked now: a bad or
     hostile schema is a 400 naming the problem)."""
-    from ..grammar import GrammarError, from_json_schema, json_object
+    from ..local.grammar import GrammarError, from_json_schema, json_object
 
     kind = (fmt or {}).get("type", "text")
     if kind == "text":
@@ -285,7 +285,7 @@ def _picture(image_url, where: str):
     import base64
     import binascii
 
-    from ..media import MediaError, load_media
+    from ..local.media import MediaError, load_media
 
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url[:100]:

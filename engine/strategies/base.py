@@ -16,11 +16,11 @@ from typing import Generator
 
 import numpy as np
 
-from ..grammar import Grammar
-from ..runtime import Runtime
+from ..local.grammar import Grammar
+from ..local.runtime import Runtime
 from ..sampling import SamplingParams, distribution, log_softmax, processed, sample_from, truncated
 from ..stats import GenerationStats
-from ..text import TokenLogprob
+from ..gemma4.text import TokenLogprob
 from .draft_control import CostModel
 
 

@@ -10,7 +10,7 @@ Sampling: each draft is sampled from the drafter's distribution q, which verific
 
 from __future__ import annotations
 
-from ..grammar import GrammarError
+from ..local.grammar import GrammarError
 from ..sampling import distribution, greedy_token, processed, sample_from
 from typing import Generator
 

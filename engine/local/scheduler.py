@@ -26,12 +26,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .errors import EngineError
-from .generation import GenerationConfig, GenerationEvent
-from .stats import GenerationStats
-from .strategies.base import DecodeState, DecodeStrategy, DraftRow, Rows, Step, TargetRows
-from .strategies.draft_control import AUTO_K_MAX
-from .text import TextAssembler
+from ..errors import EngineError
+from ..generation import GenerationConfig, GenerationEvent
+from ..stats import GenerationStats
+from ..strategies.base import DecodeState, DecodeStrategy, DraftRow, Rows, Step, TargetRows
+from ..strategies.draft_control import AUTO_K_MAX
+from ..gemma4.text import TextAssembler
 
 # rows a prompt chunk may take while other sequences stream: small enough that their steps
 # come often (a 512-row chunk costs ~10 decodes on a CPU), large enough to prefill quickly

@@ -12,8 +12,8 @@ import re
 from functools import partial
 from typing import Callable
 
-from .chat import FALLBACK_TEMPLATE, ChatTemplate
-from .errors import EngineError
+from ..gemma4.chat import FALLBACK_TEMPLATE, ChatTemplate
+from ..errors import EngineError
 from .llama import lib
 
 MEDIA_MARK = re.compile("\ue002(\\d+)\ue003")  # where a message's media go in the rendered chat
@@ -23,7 +23,7 @@ class Prompts:
     def __init__(self, vocab, model, n_ctx: int):
         self.vocab = vocab
         self.n_ctx = n_ctx
-        self.projector = None  # engine.media.Projector when pictures and sounds are loaded
+        self.projector = None  # engine.local.media.Projector when pictures and sounds are loaded
         self._piece_cache: dict[int, bytes] = {}
         self._control: dict[int, str | None] = {}
         self._control_text_cache: dict[str, bool] = {}
@@ -95,7 +95,7 @@ class Prompts:
         `tools` are OpenAI function declarations for a template that renders them; their text
         and that of earlier calls' arguments never become control tokens either."""
         if tools or any(m.get("tool_calls") for m in messages):
-            from .errors import TemplateError
+            from ..errors import TemplateError
 
             if not self.template.supports_tools:
                 raise TemplateError("this model's chat template has no tool calling (Gemma 4's has)")
@@ -140,7 +140,7 @@ class Prompts:
         message's text, the template is rendered, and the rendered text is tokenized piece
         by piece (message text never as control tokens), each marker replaced by the item's
         positions from the projector."""
-        from .errors import TemplateError
+        from ..errors import TemplateError
         from .media import MediaError
 
         if self.projector is None:

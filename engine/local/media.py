@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelFileError, TandemError
+from ..errors import ModelFileError, TandemError
 
 MAX_MEDIA_BYTES = 64 * 2**20  # a file larger than this is refused unread
 MAX_IMAGE_PIXELS = 64_000_000  # decoding more would take gigabytes (a 20000x20000 PNG is 400 MP)
@@ -129,7 +129,7 @@ class ProjectorInfo:
 
 def read_projector_info(path: str | Path) -> ProjectorInfo:
     """What an mmproj file is, from its header, before llama.cpp reads it."""
-    from .models.gguf_info import read_gguf_metadata
+    from ..models.gguf_info import read_gguf_metadata
 
     try:
         meta = read_gguf_metadata(path)

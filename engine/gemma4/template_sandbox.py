@@ -7,7 +7,7 @@ thread, so it runs in a small helper process (started once, reused): the parent 
 deadline and a stop check, and kills the helper when either fires; the helper caps its own
 address space and the length of what it writes.
 
-Run as `python -m engine.template_sandbox` (the bundle: `tandem --template-worker`), it is
+Run as `python -m engine.gemma4.template_sandbox` (the bundle: `tandem --template-worker`), it is
 the helper: one JSON request per line on stdin, one JSON answer per line on stdout.
 """
 
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable
 
-from .errors import TemplateError
+from ..errors import TemplateError
 
 TIMEOUT_S = 10.0  # real templates render in milliseconds
 MEMORY_LIMIT = 2 << 30  # bytes of address space for the helper
@@ -100,7 +100,7 @@ def worker_main() -> int:
 def _helper_command() -> list[str]:
     if getattr(sys, "frozen", False):  # a PyInstaller bundle: its executable takes the flag
         return [sys.executable, "--template-worker"]
-    return [sys.executable, "-m", "engine.template_sandbox"]
+    return [sys.executable, "-m", "engine.gemma4.template_sandbox"]
 
 
 class _Helper:

@@ -19,17 +19,17 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .errors import ContextOverflowError, ModelUnloaded, MTPUnavailableError
-from .generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
+from ..errors import ContextOverflowError, ModelUnloaded, MTPUnavailableError
+from ..generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
                          GenerationResult, check_draft_length, check_spec)
 from .runtime import LoadOptions, Runtime
 from .grammar import Tokenizer
 from .prompt import Prompts
 from .scheduler import Job, Scheduler, Sequence
-from .stats import GenerationStats
-from .strategies import CostModel, make_strategy
-from .strategies.base import DecodeState
-from .text import TextAssembler
+from ..stats import GenerationStats
+from ..strategies import CostModel, make_strategy
+from ..strategies.base import DecodeState
+from ..gemma4.text import TextAssembler
 
 SEEDED_DRAFT_MAX = 2  # the draft length of a seeded generation when auto was asked for
 MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
@@ -44,7 +44,7 @@ class Engine(Backend):
     def __init__(self, runtime: Runtime):
         super().__init__()
         self.rt = runtime
-        self.projector = None  # engine.media.Projector when an mmproj is loaded: images / audio
+        self.projector = None  # engine.local.media.Projector when an mmproj is loaded: images / audio
         # step costs measured on this machine (the scheduler records them), for auto's choices
         self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, CostModel(), self.is_eog)
         self.closed = False
@@ -158,7 +158,7 @@ class Engine(Backend):
     def grammar_marker(self, text: str) -> str:
         """A control marker (Gemma 4's <|tool_call>, <|"|>, ...) in a grammar: its token where the
         vocabulary has it as one, else its text (a converted fine-tune, a test model)."""
-        from .tools import text_marker
+        from ..gemma4.tools import text_marker
 
         ids = self.prompts.tokenize(text, False, True)
         if len(ids) == 1 and self.prompts.token_bytes(ids[0]) == text.encode():

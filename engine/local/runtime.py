@@ -18,9 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import EngineError, MTPUnavailableError
-from .generation import MAX_DRAFT, MAX_LOOKUP_RUN
-from .models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
+from ..errors import EngineError, MTPUnavailableError
+from ..generation import MAX_DRAFT, MAX_LOOKUP_RUN
+from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from .llama import ensure_backend, ext, lib
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}

@@ -22,7 +22,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from .errors import TandemError
+from ..errors import TandemError
 
 CALL_OPEN, CALL_CLOSE, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 CHANNEL_OPEN, CHANNEL_CLOSE = "<|channel>", "<channel|>"
@@ -521,7 +521,7 @@ class _SchemaGrammar:
 
 def calls_grammar(tools: list[dict], name: str | None = None, parallel: bool = True,
                   thinking: bool = False, marker=text_marker) -> str:
-    """The grammar (engine.grammar's, from Lark) of an answer that is one tool call
+    """The grammar (engine.local.grammar's, from Lark) of an answer that is one tool call
     (several with `parallel`), of the named tool or any declared one, whose arguments match the
     tool's parameter schema. With thinking on, a thought may come first. `marker(text)`: how a
     marker is matched (the engine's `grammar_marker`: its token, or its text)."""
@@ -544,7 +544,7 @@ def calls_grammar(tools: list[dict], name: str | None = None, parallel: bool = T
     else:  # markers as text: one lexeme from the opening marker to the first closing one
         inside = g.terminal("~" + _regex(r"(?s:.*)" + re.escape(CHANNEL_CLOSE) + r"(?s:.*)"))
         g.rules["thought"] = g.terminal(f"{_regex(re.escape(CHANNEL_OPEN))} {inside} {_regex(re.escape(CHANNEL_CLOSE))}")
-    from .grammar import GrammarError, from_lark
+    from ..local.grammar import GrammarError, from_lark
 
     try:
         return from_lark(g.lark(("thought? " if thinking else "") + ("call+" if parallel else "call")))

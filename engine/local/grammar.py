@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .errors import TandemError
+from ..errors import TandemError
 
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 24

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import TemplateError
+from ..errors import TemplateError
 from .template_sandbox import max_output_chars, shared_renderer
 
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")  # passed to the template when a message has them

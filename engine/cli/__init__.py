@@ -12,9 +12,9 @@ import json
 import sys
 from typing import Callable
 
-from .errors import TandemError
-from .edit_suite import SUITE_CTX
-from .generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPECS
+from ..errors import TandemError
+from ..bench.edit_suite import SUITE_CTX
+from ..generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPECS
 
 EXIT_USAGE = 2
 # the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
@@ -38,8 +38,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **{k: v for k, v in kw.items() if k == "help"})
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from . import __version__
-        from .llama import supports_gpu_offload, version
+        from .. import __version__
+        from ..local.llama import supports_gpu_offload, version
 
         print(f"tandem {__version__} · llama-cpp-python {version()} · GPU offload: "
               + ("yes" if supports_gpu_offload() else "no (CPU build)"))
@@ -70,7 +70,7 @@ def _port(s):
 
 def _draft_length(s):
     """AUTO (chosen every step) or a fixed number of drafted tokens, 1..MAX_DRAFT."""
-    from .generation import check_draft_length
+    from ..generation import check_draft_length
 
     try:
         return check_draft_length(s if s == AUTO else int(s))
@@ -209,14 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _remote(url, args, model=None):
     import os
 
-    from .backends.remote import RemoteBackend
+    from ..backends.remote import RemoteBackend
 
     return RemoteBackend(url, args.api_key or os.environ.get("TANDEM_API_KEY"), model)
 
 
 def _load(args):
-    from .engine import Engine
-    from .runtime import LoadOptions
+    from ..local.engine import Engine
+    from ..local.runtime import LoadOptions
 
     if args.server:
         if args.drafter:
@@ -233,7 +233,7 @@ def _load(args):
                        verbose=args.verbose, n_seq=n_seq)
     mmproj = getattr(args, "mmproj", None)
     if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
-        from .models.pairing import find_projector
+        from ..models.pairing import find_projector
 
         found = find_projector(args.model)
         if found is None:
@@ -244,8 +244,8 @@ def _load(args):
 
 
 def cmd_generate(args) -> int:
-    from .generation import GenerationConfig
-    from .sampling import SamplingParams
+    from ..generation import GenerationConfig
+    from ..sampling import SamplingParams
 
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
@@ -259,7 +259,7 @@ def cmd_generate(args) -> int:
         if args.image or args.audio or args.json_schema or args.grammar:
             raise ValueError("--image, --audio, --json-schema and --grammar are for local models for now")
         return _generate_remote(args, sp)
-    from .media import load_media
+    from ..local.media import load_media
 
     constraint = _constraint(args)  # a bad schema or grammar: one line, before loading
     media = [load_media(p) for p in args.image + args.audio]  # bad files: one line, before loading
@@ -305,7 +305,7 @@ def _constraint(args) -> dict:
     """--json-schema / --grammar as GenerationConfig fields, checked (a schema made a grammar)."""
     from pathlib import Path
 
-    from .grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, from_gbnf, from_json_schema
+    from ..local.grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, from_gbnf, from_json_schema
 
     if args.json_schema and args.grammar:
         raise ValueError("--json-schema and --grammar: give one of them")
@@ -331,7 +331,7 @@ def _print_result(args, text: str, thinking: str, stats, **extra) -> None:
 
 def _generate_remote(args, sp) -> int:
     """generate on a server: the same output (and JSON keys) as a local run, plus the engine."""
-    from .generation import GenerationConfig
+    from ..generation import GenerationConfig
 
     if args.raw:
         raise ValueError("--raw needs a local model: servers apply their own chat template")
@@ -359,7 +359,7 @@ def _generate_remote(args, sp) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import LEGEND, format_table, grammar_cost, load_prompts, run_bench
+    from ..bench.side_by_side import LEGEND, format_table, grammar_cost, load_prompts, run_bench
 
     if args.server:
         return _bench_remote(args)
@@ -367,7 +367,7 @@ def cmd_bench(args) -> int:
         raise ValueError("--concurrency measures a server: give --server URL (start one with tandem serve)")
     constraint = _constraint(args)
     if args.suite == "edits" and not args.prompts:
-        from .edit_suite import edit_groups
+        from ..bench.edit_suite import edit_groups
 
         groups = edit_groups()
         prompts = [p for group in groups.values() for p in group]
@@ -420,7 +420,7 @@ def cmd_bench(args) -> int:
 def _bench_load(args) -> int:
     """Several clients at once: tandem serve with drafting on and off (per request), or a server
     and its --baseline-server."""
-    from .load_bench import load_table, measure_levels
+    from ..bench.load import load_table, measure_levels
 
     mtp = _load(args)  # checks the server and finds its model
     try:
@@ -452,7 +452,7 @@ def _bench_load(args) -> int:
 def _bench_remote(args) -> int:
     """bench on servers: the MTP server (--server) against the same model served without a
     drafter (--baseline-server), since servers choose speculation per server."""
-    from .bench import format_table, load_prompts, run_remote_bench
+    from ..bench.side_by_side import format_table, load_prompts, run_remote_bench
 
     if args.concurrency:
         return _bench_load(args)
@@ -510,7 +510,7 @@ def _peak_memory(engine) -> dict:
 def cmd_serve(args) -> int:
     from pathlib import Path
 
-    from .serve import check_host, run
+    from ..serve import check_host, run
 
     hosts = list(dict.fromkeys(args.host))
     for host in hosts:  # before loading anything
@@ -548,7 +548,7 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def cmd_make_test_models(args) -> int:
-    from .testmodels import VocabUnavailable, make_test_models
+    from ..testmodels import VocabUnavailable, make_test_models
 
     try:
         target, drafter = make_test_models(args.outdir, args.size, args.agreement, vocab=args.vocab)
@@ -560,7 +560,7 @@ def cmd_make_test_models(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from .models import cli as models_cli
+    from ..models import cli as models_cli
 
     return models_cli.run(args)
 

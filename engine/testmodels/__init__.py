@@ -605,7 +605,7 @@ def _finish(w) -> None:
 def _quantize(src: Path, dst: Path, qtype: str) -> None:
     import llama_cpp
 
-    from .llama import ensure_backend
+    from ..local.llama import ensure_backend
 
     ensure_backend()  # routes llama.cpp's per-tensor log through our quiet filter
     params = llama_cpp.llama_model_quantize_default_params()

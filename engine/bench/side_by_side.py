@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .engine import Engine
-from .generation import AUTO, SERVER_DRAFT, GenerationConfig, GenerationResult
-from .stats import GenerationStats
-from .strategies.draft_control import AUTO_K_MAX, explain
+from ..local.engine import Engine
+from ..generation import AUTO, SERVER_DRAFT, GenerationConfig, GenerationResult
+from ..stats import GenerationStats
+from ..strategies.draft_control import AUTO_K_MAX, explain
 
 # Batched vs one-row target logits differ by up to ~1.3e-2 here (FA on, F16 KV cache);
 # tests/test_equivalence.py measures that noise on the synthetic models and checks that

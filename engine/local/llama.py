@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .errors import EngineError
+from ..errors import EngineError
 
 PINNED_VERSION = "0.3.36"
 
