@@ -260,11 +260,12 @@ class Store:
             old.close()
         return added
 
-    def _backups(self) -> list[Path]:
+    def backups(self) -> list[Path]:
+        """The daily backups kept, oldest first."""
         return sorted(self.backup_dir.glob("conversations-*.sqlite3")) if self.backup_dir.is_dir() else []
 
     def _newest_backup(self) -> Path | None:
-        for b in reversed(self._backups()):
+        for b in reversed(self.backups()):
             try:
                 con = sqlite3.connect(f"file:{b}?mode=ro", uri=True)
                 try:
@@ -280,7 +281,7 @@ class Store:
         """A consistent copy with SQLite's online backup API, at most once per interval;
         the newest BACKUPS_KEPT are kept."""
         now = time.time() if now is None else now
-        backups = self._backups()
+        backups = self.backups()
         if backups and now - backups[-1].stat().st_mtime < BACKUP_INTERVAL_S:
             return None
         self.backup_dir.mkdir(parents=True, exist_ok=True)
@@ -294,7 +295,7 @@ class Store:
         except sqlite3.Error:
             dest.unlink(missing_ok=True)
             return None
-        for old in self._backups()[:-BACKUPS_KEPT]:
+        for old in self.backups()[:-BACKUPS_KEPT]:
             old.unlink(missing_ok=True)
         return dest
 

@@ -70,7 +70,6 @@ class MessageWidget(QFrame):
         self._copied: int | None = None  # the block whose Copy link reads "Copied ✓"
         self._copied_timer = QTimer(self)
         self._copied_timer.setSingleShot(True)
-        self._copied_timer.setInterval(self.COPIED_MS)
         self._copied_timer.timeout.connect(lambda: self._show_copied(None))
         self._render_pending = False
         self.setObjectName("userMessage" if role == "user" else "modelMessage")
@@ -126,7 +125,7 @@ class MessageWidget(QFrame):
         lay.addWidget(self.think_view)
 
         self.body = AutoHeightBrowser(self)
-        self.body.anchorClicked.connect(self._anchor)
+        self.body.anchorClicked.connect(self.follow_link)
         self.media_row = QHBoxLayout()  # thumbnails of attached pictures and sounds
         self.media_row.setContentsMargins(0, 0, 0, 0)
         self.media_row.addStretch(1)
@@ -150,12 +149,13 @@ class MessageWidget(QFrame):
             self.action.emit(name, self)
 
     @property
-    def _code_blocks(self) -> list[str]:
+    def code_blocks(self) -> list[str]:
+        """The code of each block in the message, in order (what its Copy links copy)."""
         return [b.code for b in self._blocks]
 
-    def _anchor(self, url):
-        """Links come from model text too: only our code block links (by index: a link can
-        name a block, never carry code or a file) and web links act."""
+    def follow_link(self, url):
+        """What a click on a link in the body does. Links come from model text too: only our code
+        block links (by index: a link can name a block, never carry code or a file) and web links act."""
         kind, i = url.scheme(), url.path()
         if kind not in ("copy", "save", "diff"):
             open_web_link(url)
@@ -177,7 +177,7 @@ class MessageWidget(QFrame):
         self._copied = i
         if i is not None:
             relabel_link(doc, f"copy:{i}", COPIED)
-            self._copied_timer.start()
+            self._copied_timer.start(self.COPIED_MS)  # read now: a test may shorten it
 
     def _toggle_thinking(self, on):
         self.think_toggle.setText(("▾" if on else "▸") + " Thinking")

@@ -168,10 +168,12 @@ class Engine(Backend):
     def is_eog(self, tok: int) -> bool:
         return self.prompts.is_eog(tok)
 
-    def _piece(self, tok: int, special: bool = False) -> bytes:
+    def piece(self, tok: int, special: bool = False) -> bytes:
+        """A token's bytes in the reply's text (`special`: a control token writes its marker too)."""
         return self.prompts.piece(tok, special)
 
-    def _control_text(self, tok: int) -> str | None:
+    def control_text(self, tok: int) -> str | None:
+        """A control token's marker (<|turn>, <|channel>, ...); None for any other token."""
         return self.prompts.control_text(tok)
 
     def format_chat(self, messages: list[dict], enable_thinking: bool = False,
@@ -232,7 +234,7 @@ class Engine(Backend):
             draft_max = SEEDED_DRAFT_MAX
         strategy = make_strategy(strategy_name, draft_max)
         grammar = self._grammar(config)  # a bad grammar or schema raises here, before streaming
-        text = TextAssembler(self._piece, self._control_text)
+        text = TextAssembler(self.piece, self.control_text)
         text.prime(prompt)
         job = Job(list(prompt), config, strategy, should_stop or (lambda: False), grammar, text, sink)
         return self.scheduler.submit(job).stream()
