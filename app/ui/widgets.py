@@ -226,6 +226,11 @@ class MessageWidget(QFrame):
             self._render_pending = True
             QTimer.singleShot(self.RENDER_INTERVAL_MS, self._deferred_refresh)
 
+    @property
+    def render_pending(self) -> bool:
+        """Streamed text is shown plain until its Markdown render, due within RENDER_INTERVAL_MS."""
+        return self._render_pending
+
     def _deferred_refresh(self) -> None:
         self._render_pending = False
         self.think_toggle.setVisible(bool(self.thinking))
