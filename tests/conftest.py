@@ -59,22 +59,10 @@ def engine07(tiny):
     e.close()
 
 
-PROMPTS = [
-    "Hello world, this is a test",
-    "def f(x):\n    return x + 1",
-    "The quick brown fox jumps over the lazy dog",
-    "Gemma speed test python function",
-    "a b c d e f g",
-    "zzz yyy xxx www",
-    "List: apples, pears, plums.",
-    "Ünïcödé → ✓ 漢字",
-]
-
-
 @pytest.fixture(scope="session")
 def llama_server_bin():
     """llama-server built from the vendored llama.cpp (cached after the first build)."""
-    from .llamaserver import server_binary
+    from .support.llamaserver import server_binary
 
     return server_binary()
 
@@ -82,7 +70,7 @@ def llama_server_bin():
 @pytest.fixture(scope="session")
 def mtp_server(llama_server_bin, tiny, tmp_path_factory):
     """llama-server with the tiny synthetic Gemma 4 pair and --spec-type draft-mtp."""
-    from .llamaserver import LlamaServer
+    from .support.llamaserver import LlamaServer
 
     s = LlamaServer(llama_server_bin, tiny["target"], tiny[0.7], log=tmp_path_factory.mktemp("srv") / "mtp.log")
     yield s
@@ -104,7 +92,7 @@ def gemma4_tools(models_dir):
 def tools_server(gemma4_tools):
     """The installed-style `tandem serve` on the tiny pair with Gemma 4's real template (tools,
     thinking), shared by the tool-call and agent-protocol tests."""
-    from .test_serve import Serve
+    from .support.serve import Serve
 
     s = Serve(gemma4_tools, "--draft-max", "3")
     yield s

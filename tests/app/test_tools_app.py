@@ -1,0 +1,168 @@
+"""MCP tools in the real window, against the small stdio MCP server the tests start (written
+with the same SDK): the tools listed; a call the user asks for (forced through the engine's
+call grammar, since the synthetic model would not choose one) shown with its arguments and
+held until the user answers; allowed, denied, always allowed, timed out, its server killed
+mid-call, its result too large — each a card in the chat and one line to the model, which then
+answers; the chat reopens with its calls and exports them. Nothing runs before approval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.settings import Settings
+from app.core.store import Store
+from app.ui.window import MainWindow
+from engine.models.library import Library
+
+from ..support.window import TIMEOUT, make_window
+
+SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_test_server.py"
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def win(qtbot, tmp_path, gemma4_tools):
+    log = tmp_path / "calls.log"
+    servers = [{"name": "notes", "transport": "stdio", "command": sys.executable, "args": [str(SERVER)],
+                "env": {"MCP_TEST_LOG": str(log)}, "enabled": True}]
+    w = make_window(qtbot, tmp_path, gemma4_tools["target"], gemma4_tools[0.7], max_tokens=40,
+                    mcp_servers=servers, tool_timeout_s=3)
+    w.log = log
+    qtbot.waitUntil(lambda: w.composer.tools_btn.isEnabled(), timeout=TIMEOUT)
+    yield w
+    if w.isVisible():
+        w.close()
+
+
+def _ask(qtbot, win, tool: str, text: str = "Use the tool, please"):
+    """Ask for `tool` by name (the Tools menu), send, and wait for the call's card."""
+    acts = {a.text().split("call ")[1].split()[0]: a for a in win.composer.tools_menu.actions()}
+    acts[tool].trigger()
+    win.input.setPlainText(text)
+    win.send()
+    qtbot.waitUntil(lambda: win.session.tool_turn is not None or not win.session.busy, timeout=TIMEOUT)
+    turn = win.session.tool_turn
+    assert turn is not None, "the answer made no call"
+    return turn.widget.tool_cards[turn.pending[0]]
+
+
+def _done(qtbot, win):
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
+    return win.store.messages(win.session.conversation_id)
+
+
+def test_a_call_waits_for_the_user_and_the_model_answers_after_it(qtbot, win, tmp_path):
+    menu = [a.text() for a in win.composer.tools_menu.actions()]
+    assert any("call today  (notes)" in t for t in menu) and any("call crash" in t for t in menu)
+    assert not win.composer.tools_btn.isChecked()  # no tool is on by default
+
+    card = _ask(qtbot, win, "today", "What day is it?")
+    assert win.composer.tools_btn.isChecked() and card.state == "asking" and card.name == "today"
+    # Qt shows a widget added to a shown window on its next event loop pass
+    qtbot.waitUntil(lambda: card.buttons["once"].isVisible(), timeout=5000)
+    assert "Waiting for your approval" in card.status.text()
+    qtbot.wait(500)
+    assert _calls(win.log) == [] and win.session.busy  # nothing runs before the user's yes
+    card.buttons["once"].click()
+    msgs = _done(qtbot, win)
+    assert _calls(win.log) == ["today"] and card.state == "ok" and card.fold.isVisible()
+    card.fold.click()
+    assert card.result.toPlainText() == "2026-12-02"
+    caller, result, answer = msgs[-3:]
+    assert caller.calls[0]["name"] == "today" and result.role == "tool" and result.content == "2026-12-02"
+    assert answer.role == "assistant" and answer.stats["finish_reason"] in ("stop", "length")
+    history = win.session.history()
+    assert history[-2] == {"role": "tool", "content": "2026-12-02", "tool_call_id": caller.calls[0]["id"],
+                           "name": "today"}
+    assert history[-3]["tool_calls"][0]["function"] == {"name": "today", "arguments": {}}
+
+    # denied: one line to the model, nothing reaches the server, and the model goes on
+    card = _ask(qtbot, win, "today")
+    card.buttons["deny"].click()
+    msgs = _done(qtbot, win)
+    assert _calls(win.log) == ["today"] and card.state == "denied"
+    assert msgs[-2].content == "The call did not run: you denied this call." and msgs[-1].role == "assistant"
+
+    # always allowed in this chat: the next call of it runs without asking
+    card = _ask(qtbot, win, "today")
+    card.buttons["always"].click()
+    _done(qtbot, win)
+    assert win.session.chat_settings()["allowed_tools"] == ["today"]
+    asked = []
+    win.session.tool_asked.connect(lambda: asked.append(True))
+    [a for a in win.composer.tools_menu.actions() if "call today" in a.text()][0].trigger()
+    win.input.setPlainText("Once more")
+    win.send()
+    msgs = _done(qtbot, win)
+    assert not asked and msgs[-2].role == "tool" and msgs[-2].content == "2026-12-02"
+    assert _calls(win.log) == ["today"] * 3
+
+    # history and export keep the calls and their results
+    cid = win.session.conversation_id
+    md = win.store.export_markdown(cid)
+    assert "**Gemma called** `today`" in md and "**Tool result** (`today`, denied)" in md and "2026-12-02" in md
+    exported = json.loads(win.store.export_json(cid))["messages"]
+    calls = [m for m in exported if m.get("tool_calls")]
+    assert calls[0]["tool_calls"][0]["function"] == {"name": "today", "arguments": "{}"}
+    assert [m["outcome"] for m in exported if m["role"] == "tool"] == ["ok", "denied", "ok", "ok"]
+    win.close()
+
+    w2 = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"),
+                    Library(tmp_path / "models.json"))
+    qtbot.addWidget(w2)
+    w2.open_conversation(cid)
+    cards = [c for w in w2.chat_view.widgets() for c in w.tool_cards.values()]
+    assert [c.state for c in cards] == ["ok", "denied", "ok", "ok"] and "denied" in cards[1].status.text()
+    # the chat's Tools switch and its "always allowed" tool survive the restart
+    assert w2.session.tools_on() and w2.session.chat_settings()["allowed_tools"] == ["today"]
+    assert w2.settings["mcp_servers"][0]["enabled"] is True
+    w2.tool_runner.close()
+    w2.close()
+
+
+def test_timeout_crash_and_a_result_too_large_are_one_line_and_the_chat_goes_on(qtbot, win):
+    card = _ask(qtbot, win, "wait_a_minute")
+    card.buttons["once"].click()
+    msgs = _done(qtbot, win)
+    assert card.state == "timeout" and "3 s" in card.status.text()
+    assert msgs[-2].content.startswith("The call failed: ") and msgs[-1].role == "assistant"
+    assert "starts again" in card.status.text()  # it may be frozen: its server was stopped
+
+    # the stopped server starts again by itself: its tools are offered again
+    qtbot.waitUntil(lambda: any("call crash" in a.text() for a in win.composer.tools_menu.actions()),
+                    timeout=TIMEOUT)
+    card = _ask(qtbot, win, "crash")
+    card.buttons["once"].click()
+    msgs = _done(qtbot, win)
+    assert card.state == "crashed" and "notes" in card.status.text() and "\n" not in card.status.text()
+    assert msgs[-1].role == "assistant" and msgs[-1].content is not None
+
+    # the crashed server starts again by itself: its tools stay offered
+    qtbot.waitUntil(lambda: any("call big_page" in a.text() for a in win.composer.tools_menu.actions()),
+                    timeout=TIMEOUT)
+    card = _ask(qtbot, win, "big_page")
+    card.buttons["once"].click()
+    msgs = _done(qtbot, win)
+    assert card.state == "too_large" and "characters" in card.status.text()
+    assert _calls(win.log) == ["wait_a_minute", "crash", "big_page"]
+
+    # Stop while a call waits: nothing runs, the chat stays as it was
+    card = _ask(qtbot, win, "today")
+    win.stop()
+    assert not win.session.busy and card.state == "stopped"
+    assert win.store.messages(win.session.conversation_id)[-1].role == "tool"
+    assert _calls(win.log) == ["wait_a_minute", "crash", "big_page"]
+
+
+def test_no_tool_is_on_by_default(qtbot, tmp_path, gemma4_tools):
+    w = make_window(qtbot, tmp_path, gemma4_tools["target"], gemma4_tools[0.7])
+    assert w.tool_runner is None and w.session.tool_declarations() == []  # no server, and the SDK not loaded
+    assert not w.composer.tools_btn.isEnabled() and "no MCP server is switched on" in w.composer.tools_btn.toolTip()
+    w.close()

@@ -1,0 +1,27 @@
+"""The Linux one-folder bundle (PyInstaller) builds, starts its window under Xvfb, loads the
+synthetic models and answers a prompt (packaging/build-linux.sh + smoke-linux.sh)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("xvfb-run") is None,
+                    reason="needs Linux and xvfb-run (apt-get install xvfb)")
+def test_linux_bundle_builds_and_answers():
+    shutil.rmtree(ROOT / "dist" / "Tandem", ignore_errors=True)
+    r = subprocess.run(["bash", str(ROOT / "packaging" / "smoke-linux.sh")], capture_output=True, text=True,
+                       timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "smoke test: reply of" in out and "tok/s" in out and "MTP + lookup k auto" in out  # auto: both sources
+    share = ROOT / "dist" / "Tandem" / "share"
+    assert (share / "applications" / "io.github.tandem_chat.Tandem.desktop").exists()
+    assert (share / "icons" / "hicolor" / "256x256" / "apps" / "io.github.tandem_chat.Tandem.png").exists()

@@ -1,0 +1,397 @@
+"""The README is executable: every command in its code blocks runs here, through the installed
+`tandem` console script (the one beside this Python, as the user types it), with the synthetic
+models standing in for downloads and a local hub standing in for Hugging Face.
+
+The commands are read from README.md itself: a command the README gains without a runner here
+fails `test_every_readme_command_is_run`, so this file grows with the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from ..support.hubserver import Hub
+from ..support.llamaserver import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+TANDEM = Path(sys.executable).parent / "tandem"  # the console script pip installed
+ENGINE_REPO = "ggml-org/gemma-4-E4B-it-GGUF"
+
+# Not Tandem's to run here, each with the reason: other programs' commands shown for context,
+# and the two set-up commands, which are what CI runs before this test (.ci/run).
+ELSEWHERE = {
+    "bash packaging/install.sh && .venv/bin/tandem": "the set-up; .ci/run installs the same way "
+                                                      "(the window it opens: test_window_starts)",
+    "bash packaging/install.sh --dev && .venv/bin/python -m pytest -q": "the test command: this run",
+    "llama-server": "llama.cpp's server (tests/e2e/test_remote.py runs it with the synthetic pair)",
+    "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/e2e/test_remote.py)",
+    "apt-get install": "Debian's packages for Xvfb",
+    "xvfb-run": "the screenshots script (a developer tool; the window itself: tests/app/test_app.py)",
+    ".venv/bin/python scripts/bench_edits.py": "the lookup benchmark against llama.cpp's n-gram drafting (it builds "
+                                               "llama-speculative-simple, minutes; its Tandem half is bench --suite "
+                                               "edits, run above)",
+}
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's indented code blocks, continuation lines joined,
+    comments dropped."""
+    out, pending = [], ""
+    in_fence = False
+    for line in README.read_text("utf-8").splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence or not (line.startswith("    ") or pending):
+            continue
+        text = (pending + " " + line.strip()) if pending else line.strip()
+        if text.endswith("\\"):
+            pending = text[:-1].strip()
+            continue
+        pending = ""
+        text = re.sub(r"\s+#.*$", "", text).strip()
+        if text.startswith((".venv/", "bash ", "llama-server", "vllm", "apt-get", "xvfb-run", "CMAKE_ARGS")):
+            out.append(text)
+    return out
+
+
+def _elsewhere(cmd: str) -> bool:
+    return any(cmd == k or cmd.startswith(k + " ") for k in ELSEWHERE)
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory, tiny):
+    """A user's folder: a fresh home (settings, library, Hugging Face cache), the synthetic
+    files under the names the README uses, and a local hub serving a published layout."""
+    home = tmp_path_factory.mktemp("home")
+    work = home / "work"
+    work.mkdir()
+    t, d = Path(tiny["target"]), Path(tiny[1.0])
+    (home / "models").mkdir()
+    shutil.copy(t, home / "models" / "gemma-4-E4B-it-Q4_K_M.gguf")
+    shutil.copy(d, home / "models" / "gemma-4-E4B-it-assistant-Q8_0.gguf")
+    for name in ("gemma-4-E4B-it-Q4_K_M.gguf", "gemma-4-E4B-it-assistant-Q8_0.gguf"):
+        shutil.copy(home / "models" / name, work / name)
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), (200, 120, 40)).save(work / "photo.png")
+    hub = Hub()
+    hub.add(ENGINE_REPO, "gemma-4-E4B-it-Q4_K_M.gguf", t.read_bytes())
+    hub.add(ENGINE_REPO, "mtp-gemma-4-E4B-it-Q8_0.gguf", d.read_bytes())
+    hub.add(ENGINE_REPO, "README.md", b"# card\n")
+    hub.start()
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CACHE_HOME": str(home / ".cache"),
+           "XDG_STATE_HOME": str(home / ".local/state"), "TANDEM_DATA_DIR": str(home / "tandem-data"),
+           "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), "QT_QPA_PLATFORM": "offscreen"}
+    env.pop("HF_HUB_OFFLINE", None)
+    yield {"home": home, "work": work, "env": env}
+    hub.stop()
+
+
+def run(place, cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`cmd` as the README writes it, with `.venv/bin/tandem` the installed console script."""
+    args = shlex.split(cmd)
+    assert args[0] == ".venv/bin/tandem", cmd
+    r = subprocess.run([str(TANDEM), *args[1:]], cwd=place["work"], env=place["env"], capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    return r
+
+
+def concrete(cmd: str, **values) -> str:
+    """A README line made runnable: [optional parts] kept, placeholders replaced."""
+    cmd = re.sub(r"\[([^\]]*)\]", r"\1", cmd).replace("~/", "$HOME/")
+    cmd = cmd.replace("$HOME/", values.pop("home", "") + "/")
+    for k, v in values.items():
+        cmd = re.sub(rf"(?<![\w./-]){re.escape(k)}(?![\w-])", v, cmd)
+    return cmd
+
+
+class Served:
+    """`tandem serve` started as the README says, until stopped."""
+
+    def __init__(self, place, cmd: str):
+        args = shlex.split(cmd)
+        self.proc = subprocess.Popen([str(TANDEM), *args[1:]], cwd=place["work"], env=place["env"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        port = args[args.index("--port") + 1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while True:
+            assert self.proc.poll() is None, self.proc.stdout.read()
+            try:
+                openai.OpenAI(base_url=self.url, api_key="none", max_retries=0, timeout=2).models.list()
+                return
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline, "tandem serve did not start listening"
+                time.sleep(0.3)
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)  # Ctrl+C, as a user stops it
+        out, _ = self.proc.communicate(timeout=60)
+        return out
+
+
+def test_every_readme_command_is_run():
+    """Each command is run below, or named in ELSEWHERE with the reason."""
+    known = set(RUNNERS)
+    missing = [c for c in readme_commands() if not _elsewhere(c) and c not in known]
+    assert not missing, "README commands without a test here:\n" + "\n".join(missing)
+    assert len(readme_commands()) >= 15  # the blocks were read at all
+
+
+def _use(place, cmd):
+    """The Use section, in its order: test models, replies, JSON, bench."""
+    w = place["work"]
+    c = concrete(cmd, **{"T.gguf": "models/tiny-target.gguf", "D.gguf": "models/tiny-drafter-a0.8.gguf",
+                         "P.gguf": "models/mmproj-tiny.gguf"})
+    r = run(place, c)
+    if " --help" in c:
+        for name in ("generate", "bench", "serve", "models", "make-test-models"):
+            assert re.search(rf"^\s+{name}\s+\S", r.stdout, re.M), f"`tandem --help` does not list {name}"
+    elif "--version" in c:
+        assert r.stdout.startswith("tandem ")
+    elif "make-test-models" in c:
+        assert (w / "models" / "tiny-target.gguf").exists() and (w / "models" / "tiny-drafter-a0.8.gguf").exists()
+    elif "--suite edits" in c:
+        assert "code edits (4 prompts)" in r.stdout and "lookup" in r.stdout
+    elif " bench " in c:
+        assert "speed-up" in r.stdout and json.loads((w / "bench.json").read_text())["mtp"]
+    elif "--json" in c:
+        out = json.loads(r.stdout)
+        assert out["text"] and out["finish_reason"] in ("stop", "length")
+        assert out["stats"]["mode"] == ("baseline" if "--no-mtp" in c else "hybrid")  # auto: MTP and lookup
+    else:
+        assert r.stdout.strip() and "tok/s" in r.stderr
+
+
+USE = [
+    ".venv/bin/tandem --help",
+    ".venv/bin/tandem --version",
+    ".venv/bin/tandem make-test-models models --size tiny --agreement 0.8",
+    '.venv/bin/tandem generate --model models/tiny-target.gguf --drafter models/tiny-drafter-a0.8.gguf "Hello"',
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf --no-mtp --json "Hello"',
+    ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json",
+    '.venv/bin/tandem generate -m T.gguf --spec lookup "Hello"',
+    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3",
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"',
+]
+MODELS = [
+    ".venv/bin/tandem models list",
+    ".venv/bin/tandem models download gemma-4-e4b --quant Q4_K_M [--dir FOLDER]",
+    ".venv/bin/tandem models download ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M",
+    ".venv/bin/tandem models import ~/models/gemma-4-E4B-it-Q4_K_M.gguf",
+    ".venv/bin/tandem models verify",
+]
+SERVE = ".venv/bin/tandem serve -m gemma-4-E4B-it-Q4_K_M.gguf -d gemma-4-E4B-it-assistant-Q8_0.gguf [--port 8080]"
+REMOTE = [
+    '.venv/bin/tandem generate --server http://gpu-box:8080/v1 [--api-key K] [--model NAME] --json "Hello"',
+    ".venv/bin/tandem bench --server http://gpu-box:8080/v1 --baseline-server http://gpu-box:8081/v1",
+]
+LOAD = ".venv/bin/tandem bench --server http://127.0.0.1:8080/v1 --concurrency 1 2 4 8"
+LOAD_SCRIPT = ".venv/bin/python scripts/bench_concurrency.py -m T.gguf -d D.gguf [--levels 1 2 4 8] [--max-tokens 64]"
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT}
+
+
+def test_use_section(place):
+    for cmd in USE:
+        _use(place, cmd)
+
+
+def test_models_section(place):
+    home = str(place["home"])
+    for cmd in MODELS:
+        r = run(place, concrete(cmd, FOLDER=str(place["work"] / "downloaded"), home=home))
+        if cmd.endswith("models list"):
+            assert "gemma-4-e4b" in r.stdout
+        elif "--dir" in cmd:
+            assert (place["work"] / "downloaded" / "gemma-4-E4B-it-Q4_K_M.gguf").exists()
+        elif "import" in cmd:
+            assert "assistant" in r.stdout  # its drafter was found beside it
+        elif "verify" in cmd:
+            assert "gemma-4-E4B-it-Q4_K_M" in r.stdout
+
+
+def test_serve_section_and_clients_of_it(place):
+    """`tandem serve` as the README starts it; the openai SDK lists the model and chats; the
+    remote commands of "Bigger models" talk to it; Ctrl+C stops it."""
+    port = str(free_port())
+    server = Served(place, concrete(SERVE, **{"8080": port}))
+    try:
+        c = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=60)
+        assert [m.id for m in c.models.list().data] == ["gemma-4-E4B-it-Q4_K_M"]
+        r = c.chat.completions.create(model="gemma-4-E4B-it-Q4_K_M", max_tokens=16,  # fixed k: auto may pause
+                                      messages=[{"role": "user", "content": "Hello"}],
+                                      extra_body={"tandem": {"draft_max": 3}})
+        assert r.choices[0].message.content and r.model_extra["timings"]["draft_n"] > 0
+        for cmd in REMOTE:
+            line = concrete(cmd, **{"http://gpu-box:8080/v1": server.url, "http://gpu-box:8081/v1": server.url,
+                                    "K": "none", "NAME": "gemma-4-E4B-it-Q4_K_M"})
+            out = run(place, line).stdout
+            if "--json" in line:
+                assert json.loads(out)["engine"] == "tandem"
+            else:
+                assert "speed-up" in out
+        out = run(place, concrete(LOAD, **{"http://127.0.0.1:8080/v1": server.url}) + " --max-tokens 16").stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith("tandem ")]
+        assert len(rows) == 8 and all(r[-2] == "0" for r in rows), out  # 4 levels, drafting on and off; no errors
+    finally:
+        out = server.stop()
+    assert "Serving gemma-4-E4B-it-Q4_K_M" in out and server.proc.returncode in (0, -signal.SIGINT, 130)
+
+
+def test_load_benchmark_script(place, tiny, llama_server_bin):
+    """The README's side-by-side load benchmark, on the tiny pair: tandem serve and llama-server,
+    drafting on and off, each level's replies checked against the prompt's reply alone."""
+    args = shlex.split(concrete(LOAD_SCRIPT, **{"T.gguf": str(tiny["target"]), "D.gguf": str(tiny[1.0])}))
+    assert args[:2] == [".venv/bin/python", "scripts/bench_concurrency.py"]
+    r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--levels", "1", "2", "--max-tokens", "8",
+                        "--llama-server", llama_server_bin, "--ctx", "2048"], cwd=place["work"], env=place["env"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("Tandem serve", "llama-server"))]
+    assert len(rows) == 8, r.stdout
+    assert all(line.split()[-1] in ("1/1", "2/2") for line in rows), r.stdout  # as alone
+
+
+def python_block(section: str) -> str:
+    """The first ```python block after the README's heading `section`."""
+    text = README.read_text("utf-8")
+    return text[text.index(section):].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_python_api_example(place, tiny):
+    """The README's Python block, with the synthetic pair for its file names."""
+    block = python_block("## Python API")
+    code = block.replace('"target.gguf"', repr(str(tiny["target"]))).replace('"drafter.gguf"', repr(str(tiny[1.0])))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tok/s" in r.stdout
+
+
+# an agent's run with the README's set-up: the synthetic model's reply never ends by itself, and
+# the SDK takes a reply cut at max_output_tokens as an error (as OpenAI's), so stop strings end it
+AGENT_RUN = """
+import asyncio
+from agents import Agent, ModelSettings, Runner
+stops = ["\\n", "0", "!", "a", "e", "5", "x"]
+agent = Agent(name="helper", instructions="Be brief.", model="gemma-4",
+              model_settings=ModelSettings(max_tokens=120, extra_body={"stop": stops}))
+print("ANSWER", repr(asyncio.run(Runner.run(agent, "Say hi")).final_output))
+"""
+
+
+def test_agents_sdk_set_up(tools_server):
+    """The Coding agents section's Agents SDK block, as written (the server's address put in),
+    then an agent on its default model (the Responses API) answers."""
+    block = python_block("**OpenAI Agents SDK**")
+    assert "http://127.0.0.1:8080/v1" in block
+    code = block.replace("http://127.0.0.1:8080/v1", tools_server.url) + AGENT_RUN
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and "ANSWER '" in r.stdout, r.stderr[-2000:]
+
+
+def test_window_starts(place):
+    """`tandem`, the first command of the README: the window opens (offscreen) and stays up,
+    on a first run with nothing loaded."""
+    p = subprocess.Popen([str(TANDEM)], cwd=place["work"], env=place["env"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(8)
+        assert p.poll() is None, p.stdout.read()
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    logs = list((place["home"] / ".local/state").rglob("tandem.log")) or list(place["home"].rglob("tandem.log"))
+    assert logs and "starting Tandem" in logs[0].read_text()
+
+
+def test_each_command_has_its_help(place):
+    """`tandem COMMAND --help`, for every command `tandem --help` lists."""
+    from engine.cli import COMMANDS
+
+    for name in [*COMMANDS, "models list", "models download", "models import", "models verify"]:
+        r = run(place, f".venv/bin/tandem {name} --help")
+        assert r.stdout.startswith(f"usage: tandem {name}"), name
+    bad = subprocess.run([str(TANDEM), "nonsense"], cwd=place["work"], env=place["env"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'nonsense'" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def _tandem(place, *args, env=None, timeout=120):
+    return subprocess.run([str(TANDEM), *map(str, args)], cwd=place["work"], env=env or place["env"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_serve_refuses_a_bad_or_busy_port_in_one_line_before_saying_it_serves(place, tiny):
+    import socket
+
+    r = _tandem(place, "serve", "-m", tiny["target"], "--port", "99999")
+    assert r.returncode == 2 and "between 1 and 65535" in r.stderr and "Serving" not in r.stdout
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = _tandem(place, "serve", "-m", tiny["target"], "--port", busy.getsockname()[1])
+    assert r.returncode == 2 and "cannot listen on 127.0.0.1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Serving" not in r.stdout and "Traceback" not in r.stderr
+    assert "--server" not in _tandem(place, "serve", "--help").stdout  # serve serves; it does not connect
+
+
+def test_the_window_without_a_display_says_so_in_one_line(place):
+    env = {k: v for k, v in place["env"].items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = _tandem(place, env=env)
+    assert r.returncode == 2 and "no display" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_version_names_the_llama_cpp_build(place):
+    out = _tandem(place, "--version").stdout
+    assert out.startswith("tandem ") and "llama-cpp-python 0.3.36" in out and "GPU offload" in out
+
+
+def test_generate_keeps_control_characters_off_the_terminal(place, tiny):
+    """Model text with ESC and NUL, streamed to a terminal (a pty): shown as U+FFFD, never raw."""
+    import pty
+
+    out, sub = pty.openpty()
+    cmd = [str(TANDEM), "generate", "-m", str(tiny["target"]), "--max-tokens", "60", "Give me a person as JSON"]
+    p = subprocess.Popen(cmd, cwd=place["work"], env=place["env"], stdout=sub, stderr=subprocess.DEVNULL)
+    os.close(sub)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(out, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    p.wait(60)
+    os.close(out)
+    raw = subprocess.run(cmd, cwd=place["work"], env=place["env"], capture_output=True, timeout=60).stdout
+    assert any(b < 0x20 and b not in (9, 10, 13) for b in raw)  # the model does write control bytes (to a pipe, as is)
+    assert not any(b < 0x20 and b not in (9, 10, 13) for b in data) and "\ufffd".encode() in data
+
+
+def test_generate_no_mtp_on_tandem_serve(place, tiny):
+    port = free_port()
+    server = Served(place, f".venv/bin/tandem serve -m {tiny['target']} -d {tiny[1.0]} --port {port}")
+    try:
+        base = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --no-mtp --json "Hi"').stdout)
+        mtp = json.loads(run(place, f'.venv/bin/tandem generate --server {server.url} --draft-max 3 --json "Hi"').stdout)
+        assert base["stats"]["draft_tokens"] == 0 < mtp["stats"]["draft_tokens"] and base["text"] == mtp["text"]
+    finally:
+        server.stop()
