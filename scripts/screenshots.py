@@ -127,7 +127,7 @@ def coding_shots(win, tmp: Path, wait, shot) -> None:
     from app.ui.attachments import check
     from app.ui.dialogs.diff_dialog import DiffDialog
     from app.ui.dialogs.folder_dialog import FolderDialog
-    from app.tools.mcp_client import load_servers
+    from app.tools.config import load_servers
     from app.core.text_files import AttachedFile
     from app.ui.dialogs.tools_dialog import ToolsDialog
 

@@ -13,7 +13,10 @@ import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.tools.mcp_client import MAX_RESULT_CHARS, McpError, ServerConfig, ToolHub, ToolInfo, ToolOutcome, declarations, one_line
+from app.tools.catalog import ToolInfo, declarations
+from app.tools.config import McpError, ServerConfig, one_line
+from app.tools.hub import ToolHub
+from app.tools.results import MAX_RESULT_CHARS, ToolOutcome
 
 
 class ToolRunner(QObject):

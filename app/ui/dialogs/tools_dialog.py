@@ -14,7 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QMessageBox, QPlainTextEdit, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout)
 
-from app.tools.mcp_client import ServerConfig, ToolInfo, load_servers, one_line
+from app.tools.catalog import ToolInfo
+from app.tools.config import ServerConfig, load_servers, one_line
 from app.ui.safe_text import message
 
 KINDS = (("stdio", "Program (stdio)"), ("http", "Web address (streamable HTTP)"))
