@@ -1,5 +1,6 @@
-"""The chat view: a chat's messages (one path through its tree of versions), the example
-prompts of an empty chat, and the banner shown while a message is being edited."""
+"""The chat view: a chat's messages (one path through its tree of versions), built from the
+session's chat model as it changes; the example prompts of an empty chat, and the banner shown
+while a message is being edited."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from .render import cut_off
-from app.core.store import Message
 from .widgets import EmptyState, MessageWidget
 
 
@@ -17,11 +17,12 @@ class ChatView(QWidget):
     save_code = Signal(str, str)  # a code block's Save as…: (code, suggested file name)
     diff_code = Signal(str, object, bool)  # a code block's Diff with…: (code, AttachedFile, cut off)
     example_chosen = Signal(str)
+    tool_decided = Signal(str, str)  # a tool card's answer: (call id, "once" | "always" | "deny")
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.show_origins = False
-        self.attachment_path = lambda item: None  # the store's: where an attachment's file is
+        self.model = None  # the ChatModel it shows (observe)
         self.attached_files = lambda: []  # the session's: the chat's text files, for code blocks' diffs
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -55,31 +56,71 @@ class ChatView(QWidget):
             if w:
                 self.remove(w)
 
-    def show_messages(self, messages: list[Message]) -> None:
-        from .tool_view import ToolCard
+    # ---- the chat model: the session changes it, the view follows ----------------------
+    def observe(self, model) -> None:
+        """Follow `model` (app.session.chat_model.ChatModel): every widget here is built from it."""
+        self.model = model
+        model.reset.connect(self._reset)
+        model.added.connect(self._added)
+        model.removed.connect(self._removed)
+        model.streamed.connect(lambda mid, answer, thinking, pieces:
+                               self.widget_for(mid).append(answer, thinking, pieces))
+        model.content_set.connect(self._content_set)
+        model.stats_set.connect(self._stats_set)
+        model.call_added.connect(lambda mid, call: self._add_card(self.widget_for(mid), call))
+        model.call_changed.connect(lambda mid, call: self.widget_for(mid).tool_cards[call.id].set_outcome(
+            call.state, call.text))
+        model.reply_started.connect(self._reply_started)
 
+    def widget_for(self, mid: int) -> MessageWidget | None:
+        return next((w for w in self.widgets() if w.message_id == mid), None)
+
+    def _reset(self) -> None:
         self.clear()
-        w = None
-        for m in messages:
-            if m.role == "tool":  # a call's result: folded under the call, in the answer that made it
-                card = w.tool_cards.get((m.tool or {}).get("call_id")) if w is not None else None
-                if card is not None:
-                    kind = (m.tool or {}).get("kind", "ok")
-                    card.set_outcome(kind, m.content if kind == "ok" else
-                                     m.content.split(": ", 1)[-1].rstrip("."))
-                continue
+        for m in self.model.messages:
             w = self.add(m.role, m.id)
-            for c in m.calls:
-                card = ToolCard(str(c.get("id", "")), str(c.get("name", "")), c.get("arguments") or {})
-                card.set_state("stopped")  # until its result is found after it
-                w.add_tool_card(card)
+            for call in m.calls.values():
+                self._add_card(w, call)
             if m.media:
-                w.set_media([(self.attachment_path(i), str(i.get("name", "")), str(i.get("kind", "image")),
-                              str(i.get("source", ""))) for i in m.media])
-            w.set_content(m.content, m.thinking, m.origins or [])
+                w.set_media(m.media)
+            w.set_content(m.text, m.thinking, list(m.origins))  # the widget's own copy: it grows its own
             w.set_stats(m.stats)
             w.set_version(m.version, m.versions)
         self.mark_last()
+        self.scroll_to_end()
+
+    def _added(self, m) -> None:
+        w = self.add(m.role, m.id)
+        if m.media:
+            w.set_media(m.media)
+        w.set_content(m.text)
+        self.mark_last()
+
+    def _removed(self, mid: int) -> None:
+        w = self.widget_for(mid)
+        if w is not None:
+            self.remove(w)
+        self.mark_last()
+
+    def _content_set(self, mid: int) -> None:
+        m = self.model.message(mid)
+        self.widget_for(mid).set_content(m.text, m.thinking, list(m.origins))
+
+    def _stats_set(self, mid: int) -> None:
+        self.widget_for(mid).set_stats(self.model.message(mid).stats)
+        self.mark_last()
+
+    def _reply_started(self, mid: int) -> None:
+        self.mark_last()
+        self.scroll_to_end()
+
+    def _add_card(self, w: MessageWidget, call) -> None:
+        from .tool_view import ToolCard
+
+        card = ToolCard(call.id, call.name, call.arguments, call.server)
+        card.set_outcome(call.state, call.text)
+        card.decided.connect(lambda choice, call_id=call.id: self.tool_decided.emit(call_id, choice))
+        w.add_tool_card(card)
 
     def add(self, role: str, mid: int) -> MessageWidget:
         w = MessageWidget(role, mid)

@@ -83,3 +83,18 @@ class ModelPicker(QComboBox):
                 self.remote_chosen.emit(conn, model)
             else:
                 self.chosen.emit(data[0], data[1])
+
+
+def model_label(info) -> tuple[str, str]:
+    """The picker's status words and tooltip for a loaded model (an app.core.chat_types.ModelInfo)."""
+    if info.remote:
+        r = info.remote
+        return info.engine, f"{r.model} on {info.engine} at {r.server}. Switch with one click"
+    d = f" + {info.drafter_name}" if info.drafter_name else " (no MTP drafter)"
+    return ("" if info.drafter_name else "no drafter",
+            f"{info.target_name}{d}. Switch with one click; Models… to add or remove")
+
+
+def target_stem(info) -> str:
+    """The loaded target's file name without its extension (what `tandem serve` calls the model)."""
+    return Path(info.target_name).stem if info else "model"

@@ -8,31 +8,33 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter,
+from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
-from engine.generation import AUTO
 from engine.models.library import Library
 
 from app.core import help_text
 from .chat_list import ChatList
-from .chat_session import ChatSession, chat_options, model_label, target_stem
 from app.core.chat_types import LoadRequest
+from app.session.chat_session import ChatSession
 from .chat_view import ChatView
 from .compare import ComparePage
 from .composer import Composer
 from .menus import build_menus
+from .model_picker import model_label
 from .safe_text import message
 from app.core.settings import Settings
 from .stats_panel import StatsBar
-from app.core.store import Store, file_name
+from app.core.store import Store
 from .theme import apply_theme
 from .toolbar import ChatToolbar
 from .render import origin_legend_html
 from .widgets import MessageWidget, is_dark
+from .window_dialogs import WindowDialogs
+from .window_tools import WindowTools
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowDialogs, WindowTools, QMainWindow):
     SMALL_HEIGHT = 700  # below this the charts would squeeze the chat: they fold away
 
     def __init__(self, settings: Settings | None = None, store: Store | None = None,
@@ -49,7 +51,9 @@ class MainWindow(QMainWindow):
         self.downloader_args: dict = {}  # where downloads come from (tests: a local hub)
 
         self._build_ui()
-        self.session = ChatSession(self.settings, self.store, self.chat_view, self.compare_page, worker, self)
+        self.session = ChatSession(self.settings, self.store, worker, self)
+        self.chat_view.observe(self.session.model)  # the chat shown is the session's model
+        self.chat_view.tool_decided.connect(self.session.decide_tool)
         self.chat_view.attached_files = self.session.attached_files  # what code blocks are compared with
         self._start_tools()
         self.chat_view.save_code.connect(self._save_code)
@@ -92,6 +96,19 @@ class MainWindow(QMainWindow):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(6, 6, 6, 6)
+        self._build_toolbar(rl)
+        self._build_pages(rl)
+        self._build_bottom(rl)
+        split.addWidget(right)
+        split.setSizes([240, 940])
+        self.setCentralWidget(split)
+        # Esc stops a reply (or leaves editing) wherever the focus is in the window
+        QShortcut(QKeySequence(Qt.Key_Escape), self, self._escape, context=Qt.WindowShortcut)
+        build_menus(self)
+        self.statusBar().showMessage("Ready")
+
+    def _build_toolbar(self, rl: QVBoxLayout) -> None:
+        """The model picker and the chat's switches, the token-origin legend, the MTP banner."""
         self.toolbar = tb = ChatToolbar(self.library, self.settings)
         self.picker, self.mtp_switch, self.draft_spin, self.think_switch = tb.picker, tb.mtp_switch, tb.draft_spin, tb.think_switch
         self.compare_btn = tb.compare_btn
@@ -116,17 +133,20 @@ class MainWindow(QMainWindow):
         self.mtp_banner.hide()
         rl.addWidget(self.mtp_banner)
 
+    def _build_pages(self, rl: QVBoxLayout) -> None:
+        """The chat and the Compare page, one at a time."""
         self.stack = QStackedWidget()
         self.chat_view = ChatView()
         self.chat_view.example_chosen.connect(self._example_chosen)
         self.chat_view.action.connect(self._message_action)
-        self.chat_view.attachment_path = self.store.attachment_path
         self.stack.addWidget(self.chat_view)
         self.compare_page = ComparePage()
         self.compare_page.back.connect(lambda: self.stack.setCurrentIndex(0))
         self.stack.addWidget(self.compare_page)
         rl.addWidget(self.stack, 1)
 
+    def _build_bottom(self, rl: QVBoxLayout) -> None:
+        """The stats bar, the status bar's meters and the composer."""
         self.stats_bar = StatsBar()
         self.stats_bar.show_charts(bool(self.settings["show_charts"]))
         rl.addWidget(self.stats_bar)
@@ -147,13 +167,6 @@ class MainWindow(QMainWindow):
         c.refused.connect(lambda text: self.statusBar().showMessage(text, 8000))
         c.counter = lambda texts, done: self.session.count_texts(texts, done)
         rl.addWidget(c)
-        split.addWidget(right)
-        split.setSizes([240, 940])
-        self.setCentralWidget(split)
-        # Esc stops a reply (or leaves editing) wherever the focus is in the window
-        QShortcut(QKeySequence(Qt.Key_Escape), self, self._escape, context=Qt.WindowShortcut)
-        build_menus(self)
-        self.statusBar().showMessage("Ready")
 
     def _wire_session(self) -> None:
         s = self.session
@@ -172,6 +185,10 @@ class MainWindow(QMainWindow):
         s.conversations_changed.connect(self._conversations_changed)
         s.conversation_opened.connect(self._conversation_opened)
         s.chat_shown.connect(self.composer.cancel_edit)  # the edited message is no longer on screen
+        s.compare_started.connect(self.compare_page.start)
+        s.compare_streamed.connect(self.compare_page.stream)
+        s.compare_run_done.connect(self.compare_page.show_run)
+        s.compare_interrupted.connect(self.compare_page.interrupted)
         s.compare_concluded.connect(self._compare_concluded)
 
     # ---- models ------------------------------------------------------------------------
@@ -230,79 +247,6 @@ class MainWindow(QMainWindow):
         self.composer.show_model(self.session.model_info, self.session.busy)
         self._update_tools()
 
-    # ---- dialogs -----------------------------------------------------------------------
-    def open_models(self) -> None:
-        """The Models page: local pairs, download, import, remove; Load switches to one."""
-        from engine.models.hardware import this_machine
-
-        from app.ui.dialogs.models_dialog import ModelsDialog
-
-        dlg = ModelsDialog(self.library, this_machine(), self.downloader_args,
-                           current=self.settings["target"], parent=self)
-        dlg.load_requested.connect(self.load_models)
-        dlg.exec()
-        self.picker.refresh()
-
-    def import_model(self) -> None:
-        from app.ui.dialogs.models_dialog import import_pair
-
-        path, _ = QFileDialog.getOpenFileName(self, "Import a Gemma 4 model (GGUF)", "", "GGUF models (*.gguf)")
-        if path and (target := import_pair(self, self.library, path)):
-            entry = self.library.find(target)
-            self.load_models(entry.target, entry.drafter or "")
-
-    def explain_mtp(self):
-        QMessageBox.information(self, "How MTP works", help_text.MTP_EXPLAINED)
-
-    def show_about(self):
-        QMessageBox.about(self, "About Tandem", help_text.about())
-
-    def show_welcome(self, downloader_args: dict | None = None) -> bool:
-        """The first-run flow: recommend, download (or pick local files), then load and chat."""
-        from app.ui.dialogs.welcome import WelcomeDialog
-
-        dlg = WelcomeDialog(self, downloader_args or self.downloader_args, library=self.library)
-        if dlg.exec() != WelcomeDialog.Accepted or not dlg.chosen:
-            return False
-        target, drafter = dlg.chosen  # the draft length stays auto: it is measured here
-        self.settings["draft_max"], self.settings["use_mtp"] = AUTO, bool(drafter)
-        self.toolbar.set_chat_options(bool(drafter), AUTO, self.think_switch.isChecked())
-        self.load_models(target, drafter)
-        return True
-
-    def open_server(self) -> None:
-        """Serve on localhost: the loaded local model as an OpenAI-compatible API for editors."""
-        from app.ui.dialogs.server_panel import ServerPanel
-
-        if self.server_panel is None:
-            self.server_panel = ServerPanel(self.session.engine, lambda: target_stem(self.session.model_info),
-                                            self.settings, self)
-            self.server_panel.changed.connect(self._serving)
-        self.server_panel.show()
-        self.server_panel.raise_()
-
-    def _serving(self, url: str) -> None:
-        self.serve_label.setText(f"serving {url}" if url else "")
-        self.serve_label.setVisible(bool(url))
-
-    def open_connections(self) -> None:
-        from app.ui.dialogs.connections import ConnectionsDialog
-
-        ConnectionsDialog(self.settings, self).exec()
-        self.picker.refresh()
-
-    def open_settings(self):
-        from app.ui.dialogs.settings_dialog import SettingsDialog
-
-        dlg = SettingsDialog(self.settings, self)
-        if dlg.exec() != SettingsDialog.Accepted:
-            return
-        reload, theme = dlg.apply()
-        if theme:
-            self.restyle()
-        if reload and self.settings["target"]:
-            self.load_models(self.settings["target"], self.settings["drafter"])
-
     def restyle(self, scheme=None) -> None:
         """The theme in Settings, or the desktop's light or dark: everything follows, charts too."""
         apply_theme(QApplication.instance(), self.settings["theme"], scheme)
@@ -324,7 +268,8 @@ class MainWindow(QMainWindow):
 
     def _conversation_opened(self, cid: int) -> None:
         conv = self.store.conversation(cid)
-        self.toolbar.set_chat_options(*chat_options(conv.settings))
+        o = conv.options
+        self.toolbar.set_chat_options(o.drafting, o.draft_max, o.thinking)
         self._show_last_stats()
         self.stack.setCurrentIndex(0)
         self.setWindowTitle(f"{conv.title} — Tandem")
@@ -360,30 +305,6 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(cid) if cid is not None else None
         self.setWindowTitle(f"{conv.title} — Tandem" if conv else "Tandem")
 
-    def export(self, kind: str, cid: int | None = None):
-        cid = cid or self.session.conversation_id
-        if cid is None:
-            return
-        title = self.store.conversation(cid).title
-        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{file_name(title)}.{kind}",
-                                              "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
-        if path:
-            info = self.session.model_info
-            models = {"target": info.target_name if info else "", "drafter": info.drafter_name if info else ""}
-            keys = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "n_ctx", "system_prompt")
-            data = (self.store.export_markdown(cid) if kind == "md" else
-                    self.store.export_json(cid, models=models, app_settings={k: self.settings[k] for k in keys}))
-            Path(path).write_text(data, "utf-8")
-
-    def edit_system_prompt(self) -> None:
-        from app.ui.dialogs.system_prompt import SystemPromptDialog
-
-        if self.session.conversation_id is None:
-            return
-        dlg = SystemPromptDialog(self.session.chat_settings().get("system_prompt", ""), self)
-        if dlg.exec() == SystemPromptDialog.Accepted:
-            self.session.set_system_prompt(dlg.value())
-
     def _show_last_stats(self) -> None:
         """The stats bar belongs to the chat on screen: its last reply's numbers, or none."""
         self.stats_bar.reset()
@@ -415,77 +336,15 @@ class MainWindow(QMainWindow):
         if self.session.busy:
             return
         if name == "regenerate":
-            self.session.regenerate(w)
+            self.session.regenerate(w.message_id)
         elif name == "edit":
             self.edit_message(w)
         elif name == "continue":
-            self.session.continue_reply(w)
+            self.session.continue_reply(w.message_id)
         elif name in ("previous", "next"):
-            self.session.switch_version(w, -1 if name == "previous" else 1)
+            self.session.switch_version(w.message_id, -1 if name == "previous" else 1)
         elif name == "details" and w.stats:
             QMessageBox.information(self, "Acceptance per draft position", help_text.acceptance_details(w.stats))
-
-    # ---- tools (MCP) -------------------------------------------------------------------
-    def _start_tools(self) -> None:
-        """The MCP servers the user switched on (none by default) start in the background; with
-        none on, the MCP SDK is not even imported (half a second less at start) until Tools opens."""
-        self.tool_runner = None
-        c = self.composer
-        c.tools_toggled.connect(self._tools_toggled)
-        c.force_tool.connect(self._force_tool)
-        if any(isinstance(d, dict) and d.get("enabled") is True for d in self.settings["mcp_servers"]):
-            self._tool_runner()
-
-    def _tool_runner(self):
-        """The runner of the MCP servers, started on first need with the saved servers."""
-        if self.tool_runner is None:
-            from app.tools.mcp_client import load_servers
-            from app.session.tool_runner import ToolRunner
-
-            self.tool_runner = ToolRunner(parent=self)
-            self.session.set_tool_runner(self.tool_runner)
-            self.tool_runner.listed.connect(lambda *_: self._update_tools())
-            servers, problems = load_servers(self.settings)
-            for line in problems:
-                self.statusBar().showMessage(line, 8000)
-            self.tool_runner.refresh(servers)
-        return self.tool_runner
-
-    def _update_tools(self) -> None:
-        s, runner = self.session, getattr(self, "tool_runner", None)
-        tools = [t for t in runner.hub.tools() if runner.tool(t.key) is not None] if runner else []
-        self.composer.show_tools(s.tools_available(), s.tools_on(), tools, s.busy)
-
-    def _tools_toggled(self, on: bool) -> None:
-        self.session.set_tools_on(on)
-        self.statusBar().showMessage("Tools on in this chat: you approve each call" if on else
-                                     "Tools off in this chat", 5000)
-
-    def _force_tool(self, key: str) -> None:
-        if not self.session.tools_on():
-            self.session.set_tools_on(True)
-            self._update_tools()
-        self.session.force_tool = key
-        self.statusBar().showMessage(f"The next answer calls {key} (you still approve the call)", 8000)
-
-    def open_tools(self) -> None:
-        """Settings → Tools: the MCP servers, each with its switch and the tools it offers."""
-        from app.ui.dialogs.tools_dialog import open_tools_dialog
-
-        open_tools_dialog(self.settings, self._tool_runner(), self)
-        self._update_tools()
-
-    def _save_code(self, code: str, suggested_name: str) -> None:
-        from app.ui.dialogs.diff_dialog import save_code_as
-
-        save_code_as(self, code, suggested_name)
-
-    def _diff_code(self, code: str, attached, cut_off: bool = False) -> None:
-        """A reply's new version of an attached file, side by side; saving over asks first, and
-        is refused for a block the reply was cut off inside (`cut_off`)."""
-        from app.ui.dialogs.diff_dialog import DiffDialog
-
-        DiffDialog(code, attached, self, cut_off=cut_off).exec()
 
     def edit_message(self, w: MessageWidget) -> None:
         if not self.session.busy and w.role == "user":
@@ -498,7 +357,8 @@ class MainWindow(QMainWindow):
             if too_big:  # said before sending, with the numbers; everything stays in the input
                 message(self, QMessageBox.Warning, "The attached files do not fit", too_big)
                 return
-            self.session.send(*self.composer.take())
+            text, attachments, editing = self.composer.take()
+            self.session.send(text, attachments, editing.message_id if editing is not None else None)
 
     def stop(self) -> None:
         self.session.stop()
@@ -509,7 +369,7 @@ class MainWindow(QMainWindow):
     def compare(self) -> None:
         text = self.input.toPlainText().strip()
         if not text:
-            ws = [w for w in self.chat_view.widgets() if w.role == "user"]
+            ws = [m for m in self.session.model.messages if m.role == "user"]
             text = ws[-1].text if ws else ""
         if not text:
             self.statusBar().showMessage("Type a prompt to compare first", 4000)
