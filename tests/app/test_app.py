@@ -104,7 +104,7 @@ def test_stop_mid_reply_keeps_partial_answer(qtbot, win):
         win.input.setPlainText("a b c")
         qtbot.keyClick(win.input, Qt.Key_Return)
         # some text must be on screen to keep (the first chunks can be hidden control tokens)
-        qtbot.waitUntil(lambda: not win.session.busy or bool(win.session.active.widget.text), timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: not win.session.busy or bool(win.session.model.last.text), timeout=TIMEOUT)
         qtbot.keyClick(win.input, Qt.Key_Escape)
         qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
         reply = win.chat_view.widgets()[-1]

@@ -50,7 +50,7 @@ def _ask(qtbot, win, tool: str, text: str = "Use the tool, please"):
     qtbot.waitUntil(lambda: win.session.tool_turn is not None or not win.session.busy, timeout=TIMEOUT)
     turn = win.session.tool_turn
     assert turn is not None, "the answer made no call"
-    return turn.widget.tool_cards[turn.pending[0]]
+    return win.chat_view.widget_for(turn.mid).tool_cards[turn.pending[0]]
 
 
 def _done(qtbot, win):

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from app.tools.mcp_client import McpError, ServerConfig, ToolHub, _index, declarations, load_servers
+from app.tools.catalog import declarations, index_tools
+from app.tools.config import McpError, ServerConfig, load_servers
+from app.tools.hub import ToolHub
 from app.core.settings import Settings
 from engine.gemma4.tools import NAME, check_tools
 
@@ -88,12 +90,12 @@ def test_tool_keys_are_valid_and_bad_tools_are_left_out():
            {"name": "my tool!", "inputSchema": {"type": "object", "properties": {}}},
            {"name": "lister", "inputSchema": {"type": "array"}},  # not an object: no call can be written
            {"name": 7}, {"name": "plain"}]  # no schema: no arguments
-    tools, notes = _index("my srv", raw, taken, room=128)
+    tools, notes = index_tools("my srv", raw, taken, room=128)
     assert [t.key for t in tools] == ["my_srv__add", "my_srv__my_tool_", "plain"]
     assert all(NAME.match(t.key) for t in tools)
     assert len(notes) == 2 and any("lister" in n for n in notes) and all("\n" not in n for n in notes)
     check_tools(declarations(tools))
-    tools, notes = _index("s", [{"name": f"t{i}"} for i in range(5)], set(), room=3)
+    tools, notes = index_tools("s", [{"name": f"t{i}"} for i in range(5)], set(), room=3)
     assert len(tools) == 3 and len(notes) == 1
 
 

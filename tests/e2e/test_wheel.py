@@ -22,7 +22,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv():
 
 
 def test_the_installer_says_at_once_that_python_3_10_is_too_old(tmp_path):
-    """pyproject asks for Python 3.11 (app/tools/mcp_client.py uses BaseExceptionGroup, a 3.11 builtin;
+    """pyproject asks for Python 3.11 (app/tools/results.py uses BaseExceptionGroup, a 3.11 builtin;
     it used to promise 3.10, where every MCP start-up error became a NameError). The installer
     says so before it creates anything or compiles llama.cpp for minutes."""
     import shutil

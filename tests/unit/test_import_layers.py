@@ -103,7 +103,7 @@ def test_the_rooms_keep_their_rule():
 
 def test_the_room_rule_catches_a_breach():
     assert _room_breaches("app.core.store", {"PySide6.QtCore", "PySide6.QtCore.Signal"})
-    assert _room_breaches("app.tools.mcp_client", {"PySide6.QtCore"})
+    assert _room_breaches("app.tools.hub", {"PySide6.QtCore"})
     assert _room_breaches("app.session.worker", {"PySide6.QtWidgets", "PySide6.QtWidgets.QLabel"})
     assert _room_breaches("app.session.worker", {"PySide6.QtGui"})
     assert _room_breaches("app.session.worker", {"app.ui.widgets", "app.ui.widgets.MessageWidget"})
