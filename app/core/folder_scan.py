@@ -128,42 +128,46 @@ def scan(root: str | os.PathLike, max_files: int = 2000, max_visits: int = 50000
             if visits > max_visits or len(out.files) >= max_files:
                 out.truncated = True
                 break
-            if e.name in VCS_DIRS:  # a submodule's .git is a file
-                continue
-            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
-            try:
-                link = e.is_symlink()
-                is_dir = e.is_dir(follow_symlinks=False)
-            except OSError:
-                out.skip(rel, UNREADABLE)
-                continue
-            if is_dir:
-                if _is_dependency(e.path, e.name):
-                    out.skip(rel + "/", DEPENDENCY)
-                elif _ignored(chain, rel, True):
-                    out.skip(rel + "/", IGNORED)
-                else:
-                    queue.append((e.path, rel, chain))
-                continue
-            if _ignored(chain, rel, False):  # git keeps a link as a file: its rules match it so
-                out.skip(rel, IGNORED)
-                continue
-            target = e.path
-            if link:
-                target = os.path.realpath(e.path)
-                if not _inside(target, real_root):
-                    out.skip(rel, OUTSIDE)
-                    continue
-                if os.path.isdir(target):
-                    out.skip(rel, LINKED_FOLDER)
-                    continue
-            reason, size = _sniff(target)
-            if reason:
-                out.skip(rel, reason)
-            else:
-                out.files.append(FolderFile(rel, size))
+            if e.name not in VCS_DIRS:  # a submodule's .git is a file
+                _visit(e, f"{rel_dir}/{e.name}" if rel_dir else e.name, chain, real_root, out, queue)
     out.files.sort(key=lambda f: f.rel)
     return out
+
+
+def _visit(e: os.DirEntry, rel: str, chain: tuple, real_root: str, out: FolderScan, queue: deque) -> None:
+    """One entry of a listing: a folder to walk (queued) or skipped, a text file listed, or
+    why not."""
+    try:
+        link = e.is_symlink()
+        is_dir = e.is_dir(follow_symlinks=False)
+    except OSError:
+        out.skip(rel, UNREADABLE)
+        return
+    if is_dir:
+        if _is_dependency(e.path, e.name):
+            out.skip(rel + "/", DEPENDENCY)
+        elif _ignored(chain, rel, True):
+            out.skip(rel + "/", IGNORED)
+        else:
+            queue.append((e.path, rel, chain))
+        return
+    if _ignored(chain, rel, False):  # git keeps a link as a file: its rules match it so
+        out.skip(rel, IGNORED)
+        return
+    target = e.path
+    if link:
+        target = os.path.realpath(e.path)
+        if not _inside(target, real_root):
+            out.skip(rel, OUTSIDE)
+            return
+        if os.path.isdir(target):
+            out.skip(rel, LINKED_FOLDER)
+            return
+    reason, size = _sniff(target)
+    if reason:
+        out.skip(rel, reason)
+    else:
+        out.files.append(FolderFile(rel, size))
 
 
 def _sniff(path: str) -> tuple[str, int]:

@@ -15,12 +15,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import store_backup
 from .text_files import code_fence
 
 SCHEMA = """
@@ -161,10 +161,6 @@ def default_db_path() -> Path:
     return d / "conversations.sqlite3"
 
 
-BACKUP_INTERVAL_S = 24 * 3600  # a backup a day while the app is used
-BACKUPS_KEPT = 3
-
-
 class Store:
     """The chat database. A damaged file never stops the app: it is moved aside, the newest
     backup is restored, whatever rows can still be read are added back, and `recovered`
@@ -203,101 +199,26 @@ class Store:
         self.db.execute("CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(conversation_id, parent_id)")
         self.db.commit()
 
-    # ---- damage and backups -------------------------------------------------------------
+    # ---- damage and backups (store_backup) -----------------------------------------------
     def _recover(self, error: Exception) -> None:
+        """Move the damaged file aside, restore the newest backup, add back what can be read."""
         try:
             self.db.close()
         except Exception:
             pass
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
-        os.replace(self.path, damaged)
-        for suffix in ("-wal", "-shm"):  # SQLite's side files belong to the damaged copy
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                os.replace(side, damaged.with_name(damaged.name + suffix))
-        backup = self._newest_backup()
-        if backup is not None:
-            shutil.copyfile(backup, self.path)
+        damaged, backup = store_backup.replace_damaged(self.path, self.backup_dir)
         self._open()
-        salvaged = self._salvage(damaged)
+        salvaged = store_backup.salvage(self.db, damaged)
         n = self.db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0]
-        source = f"the backup of {time.strftime('%Y-%m-%d %H:%M', time.localtime(backup.stat().st_mtime))}" \
-            if backup else "no backup"
-        self.recovered = (f"The chat history file was damaged ({error}). It was kept as {damaged}. "
-                          f"Restored {n} chats from {source}"
-                          + (f" and {salvaged} messages still readable in the damaged file." if salvaged else "."))
-
-    def _salvage(self, damaged: Path) -> int:
-        """Copy every row still readable in the damaged file that the restored database
-        lacks; reading stops at the first damaged page of each table."""
-        added = 0
-        try:
-            old = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
-        except sqlite3.Error:
-            return 0
-        try:
-            for table, wanted in (("conversations", "id, title, created, updated, settings, leaf_id"),
-                                  ("messages", "id, conversation_id, role, content, thinking, stats, origins, "
-                                               "created, parent_id, media, tool")):
-                try:  # the columns the damaged file has (it may be from an older version)
-                    have = {r[1] for r in old.execute(f"PRAGMA table_info({table})")}
-                    cols = ", ".join(c for c in wanted.split(", ") if c in have)
-                except sqlite3.Error:
-                    continue
-                try:
-                    for row in old.execute(f"SELECT {cols} FROM {table} ORDER BY id"):
-                        try:
-                            cur = self.db.execute(f"INSERT OR IGNORE INTO {table}({cols}) VALUES "
-                                                  f"({','.join('?' * len(row))})", row)
-                            added += cur.rowcount if table == "messages" else 0
-                        except sqlite3.Error:  # e.g. a message whose chat was lost
-                            continue
-                except sqlite3.Error:
-                    continue
-            self.db.commit()
-        finally:
-            old.close()
-        return added
+        self.recovered = store_backup.recovery_note(error, damaged, backup, n, salvaged)
 
     def backups(self) -> list[Path]:
         """The daily backups kept, oldest first."""
-        return sorted(self.backup_dir.glob("conversations-*.sqlite3")) if self.backup_dir.is_dir() else []
-
-    def _newest_backup(self) -> Path | None:
-        for b in reversed(self.backups()):
-            try:
-                con = sqlite3.connect(f"file:{b}?mode=ro", uri=True)
-                try:
-                    if con.execute("PRAGMA quick_check").fetchone()[0] == "ok":
-                        return b
-                finally:
-                    con.close()
-            except sqlite3.Error:
-                continue
-        return None
+        return store_backup.backups(self.backup_dir)
 
     def backup_if_due(self, now: float | None = None) -> Path | None:
-        """A consistent copy with SQLite's online backup API, at most once per interval;
-        the newest BACKUPS_KEPT are kept."""
-        now = time.time() if now is None else now
-        backups = self.backups()
-        if backups and now - backups[-1].stat().st_mtime < BACKUP_INTERVAL_S:
-            return None
-        self.backup_dir.mkdir(parents=True, exist_ok=True)
-        dest = self.backup_dir / f"conversations-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.sqlite3"
-        try:
-            target = sqlite3.connect(str(dest))
-            try:
-                self.db.backup(target)
-            finally:
-                target.close()
-        except sqlite3.Error:
-            dest.unlink(missing_ok=True)
-            return None
-        for old in self.backups()[:-BACKUPS_KEPT]:
-            old.unlink(missing_ok=True)
-        return dest
+        """A consistent copy, at most once a day; the newest few are kept."""
+        return store_backup.backup_if_due(self.db, self.backup_dir, now)
 
     def close(self) -> None:
         self.db.close()

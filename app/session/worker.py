@@ -174,7 +174,8 @@ class EngineWorker(QObject):
         # decodes this reply beside their requests, or queues it (Stop still works while queued)
         self._generate(req, e, stopped)
 
-    def _generate(self, req: ReplyRequest, e, stopped) -> None:
+    def _start(self, req: ReplyRequest, e, stopped, calls_done: list):
+        """The request's events from the engine, or None when it failed to start (said through `failed`)."""
         rid, s = req.rid, req.settings
         try:
             messages = self._with_media(req.messages)
@@ -186,22 +187,28 @@ class EngineWorker(QObject):
                 messages = e.drop_oldest_turns(messages, s.thinking, stopped)
             if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
-            calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
 
             def stop() -> bool:
                 return stopped() or bool(calls_done)
 
             tools = {"tools": list(s.tools)} if s.tools else {}  # the window offers tools for local models only
-            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
-                            answer_prefix=s.answer_prefix, **tools)
+            return e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
+                          answer_prefix=s.answer_prefix, **tools)
         except RenderCancelled:
             self.failed.emit(rid, "cancelled", "")
-            return
+            return None
         except ContextOverflowError as err:
             self.failed.emit(rid, "overflow", str(err))
-            return
+            return None
         except (TandemError, ValueError) as err:
             self.failed.emit(rid, "error", str(err))
+            return None
+
+    def _generate(self, req: ReplyRequest, e, stopped) -> None:
+        rid, s = req.rid, req.settings
+        calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
+        events = self._start(req, e, stopped, calls_done)
+        if events is None:
             return
         usual_tps = self._usual_tps()  # before this run's own steps enter the median
         # the engine's reply assembler reads calls, thinking and each piece's source, as the server does

@@ -76,6 +76,11 @@ class MessageWidget(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)
         lay.setSpacing(4)
+        lay.addLayout(self._build_head(role))
+        self._build_body(lay)
+
+    def _build_head(self, role: str) -> QHBoxLayout:
+        """Who wrote it, the version arrows and the message's buttons."""
         head = QHBoxLayout()
         self.who = QLabel("You" if role == "user" else "Gemma")
         self.who.setStyleSheet("font-weight:600")
@@ -107,8 +112,10 @@ class MessageWidget(QFrame):
             self.buttons[name].setVisible(False)
         self.set_version(1, 1)
         self._last = False
-        lay.addLayout(head)
+        return head
 
+    def _build_body(self, lay: QVBoxLayout) -> None:
+        """The folded thinking, the attachments, the text, the tool calls and the footer."""
         self.think_toggle = QToolButton(self)
         self.think_toggle.setText("▸ Thinking")
         self.think_toggle.setAutoRaise(True)

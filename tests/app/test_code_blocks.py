@@ -1,5 +1,5 @@
 """Code blocks in replies: their header (language, Copy with a visible "Copied ✓", Save as…,
-Diff with the attached file a block rewrites), which attached file that is, the side-by-side
+Diff with the attached file a block rewrites), the side-by-side
 diff and its Save over original, which writes only once the user confirms.
 
 Qt's standard dialogs are patched to stand in for the user's answer; our own code is not."""
@@ -13,19 +13,16 @@ import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from app.core.code_match import match_file
 from app.ui.dialogs.diff_dialog import DiffDialog, save_code_as
-from app.ui.render import cut_off, split_code
 from app.core.text_files import AttachedFile
 from app.ui.widgets import MessageWidget
 
+from ..support.code_samples import PY, RS
 from ..support.widgets import click_link
 
 CALC = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
         "def mul(a, b):\n    return a * b\n")
 CALC_FIXED = CALC.replace("return a - b", "return a - b  # fixed").replace("def mul", "def times")
-PY = "def greet(name):\n    print(f'hi {name}')"
-RS = "fn main() {\n    println!(\"hi\");\n}"
 
 
 def reply(qtbot, text, files=()):
@@ -118,45 +115,6 @@ def test_a_block_that_edits_an_attached_file_offers_a_diff(qtbot, tmp_path):
     w.set_content(f"The fixed version:\n\n```python\n{part}")
     w._anchor(QUrl("diff:0"))
     assert diffs[-1] == (part.rstrip("\n"), calc, True)
-
-
-def test_a_block_whose_fence_never_closed_is_cut_off():
-    closed = f"Fixed:\n\n```python\n{PY}\n```\n\nand then\n\n```rust\n{RS}"
-    parts = [p for p in split_code(closed) if p.kind == "code"]
-    assert [(p.text, p.closed) for p in parts] == [(PY, True), (RS, False)]
-    assert not cut_off(closed, PY) and cut_off(closed, RS)
-    assert not cut_off(f"```python\n{PY}\n```", PY)  # closed at the very end of the reply
-    assert cut_off(f"```python\n{PY}\n``", PY + "\n``")  # half a closing fence closes nothing
-
-
-# ---- which file a block rewrites -------------------------------------------------------------
-A = AttachedFile("app/main.py", "import sys\n\nprint(sys.argv)\n")
-B = AttachedFile("util.py", "def helper():\n    return 42\n")
-FILES = [A, B]
-
-
-def test_match_by_name_in_the_fence_info():
-    assert match_file("x = 1", "python title=util.py", "", FILES) is B
-    assert match_file("x = 1", "python main.py", "", FILES) is A  # a basename will do
-
-
-def test_match_by_name_in_the_text_before():
-    assert match_file("x = 1", "python", "Change main.py like this:\n\n", FILES) is A
-    assert match_file("x = 1", "python", "In util.py, then in `app/main.py`:\n", FILES) is A  # the nearest
-    assert match_file("x = 1", "python", "data.py and util.pyc are unrelated\n", FILES) is None
-    assert match_file("x = 1", "python", "util.py" + " blah" * 100, FILES) is None  # too far back
-
-
-def test_match_by_similarity():
-    edited = "def helper():\n    return 43\n"
-    assert match_file(edited, "python", "Here:\n", FILES) is B
-    assert match_file("totally\ndifferent\ncode\n", "", "", FILES) is None
-    assert match_file(edited, "python", "", []) is None
-
-
-def test_an_identical_block_is_no_edit():
-    assert match_file(B.text, "python", "util.py, as you sent it:\n", FILES) is None
-    assert match_file(B.text.rstrip() + "\n\n", "", "", FILES) is None
 
 
 # ---- the diff and saving ---------------------------------------------------------------------

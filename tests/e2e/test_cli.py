@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..support.media import png, tone
+from ..support.record_schema import SCHEMA, valid_record
+
 STATS_KEYS = {"prefill_tps", "ttft_s", "decode_tps", "draft_tokens", "accepted_tokens",
               "acceptance_rate", "mean_accepted_length", "per_position_acceptance"}
 
@@ -84,25 +87,6 @@ def test_version():
     assert r.stdout.startswith("tandem ")
 
 
-def test_bench_aggregates_rates_from_sums():
-    from engine.bench.side_by_side import Aggregate
-    from engine.stats import GenerationStats
-
-    a = Aggregate("mtp", 3)
-    a.runs = [GenerationStats(mode="mtp", generated_tokens=11, decode_s=1.0, steps=4, draft_tokens=12,
-                              accepted_tokens=6, llama_s=0.9, draft_llama_s=0.3, drafted_at=[4, 4, 4],
-                              accepted_at=[3, 2, 1], ttft_s=0.2),
-              GenerationStats(mode="mtp", generated_tokens=21, decode_s=3.0, steps=5, draft_tokens=15,
-                              accepted_tokens=15, llama_s=2.9, draft_llama_s=0.9, drafted_at=[5, 5, 5],
-                              accepted_at=[5, 5, 5], ttft_s=0.4)]
-    d = a.stats()
-    assert d["decode_tps"] == (10 + 20) / 4.0  # first tokens come with the prefill
-    assert d["acceptance_rate"] == 21 / 27 and d["mean_accepted_length"] == (21 + 9) / 9
-    assert d["per_position_acceptance"] == [8 / 9, 7 / 9, 6 / 9]
-    assert abs(d["ttft_s"] - 0.3) < 1e-12 and abs(d["verify_ms"] - 1e3 * 2.6 / 9) < 1e-9
-    assert abs(d["draft_step_ms"] - 1e3 * 1.2 / 27) < 1e-9
-
-
 def test_bench_on_the_model_alone_compares_lookup_and_a_schema(tiny, tmp_path):
     """Without a drafter, bench compares baseline with lookup drafting (which every model has),
     and --json-schema measures what the schema costs."""
@@ -145,3 +129,45 @@ def test_bench_counts_no_mismatch_where_the_batched_cache_moves_a_near_tie(gemma
            "--draft-max", "auto", "--json", out)
     row = json.loads(out.read_text())["mtp"][0]
     assert row["mismatches"] == 0 and row["identical"] + row["near_ties"] == 3, row
+
+
+def test_cli_json_schema_and_grammar(tiny, tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    run = [sys.executable, "-m", "app.main", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+           "--max-tokens", "300", "--json"]
+    out = json.loads(subprocess.run(run + ["--json-schema", str(schema), "a record"], capture_output=True,
+                                    text=True, timeout=300, check=True).stdout)
+    valid_record(out["text"])
+    g = tmp_path / "yes.gbnf"
+    g.write_text('root ::= "yes" | "no"')
+    out = json.loads(subprocess.run(run + ["--grammar", str(g), "?"], capture_output=True, text=True, timeout=300,
+                                    check=True).stdout)
+    assert out["text"] in ("yes", "no")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "array", "uniqueItems": true}')
+    r = subprocess.run(run + ["--json-schema", str(bad), "x"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "'uniqueItems'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_generate_with_an_image(tiny, tmp_path):
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(png())
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+                          "--image", str(photo), "--json", "--max-tokens", "24", "What is this?"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["stats"]["mode"] == "hybrid" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
+    sound = tmp_path / "tone.wav"
+    sound.write_bytes(tone())
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+                          "--audio", str(sound), "--image", str(photo), "--json", "--max-tokens", "8", "Describe both."],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stats"]["prompt_tokens"] > 130  # the picture's and the sound's positions
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"GIF89a not really")
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "--image", str(bad),
+                          "x"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.png" in out.stderr

@@ -15,7 +15,6 @@ import pytest
 from engine.local.engine import Engine
 from engine.models.catalog import find, load_catalog
 from engine.models.download import Downloader, DownloadError
-from engine.models.repo_files import has_quant, is_drafter_name, pick_target, precision_rank
 
 from ..support.hubserver import Hub
 
@@ -154,34 +153,6 @@ def test_cli_download_without_drafter_says_mtp_is_off(hub, files, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert "MTP is off" in r.stdout and "MTP is off" in r.stderr
-
-
-@pytest.mark.parametrize("path,quant,expected", [
-    ("gemma-4-E2B-it-Q4_K_M.gguf", "Q4_K_M", True),
-    ("gemma-4-31B_q4_0-it.gguf", "Q4_0", True),
-    ("gemma-4-E2B-it-Q4_0_4_4.gguf", "Q4_0", False),
-    ("gemma-4-E2B-it-Q4_K_M.gguf", "Q4_K", False),
-    ("gemma-4-E2B-it-UD-Q4_K_M.gguf", "Q4_K_M", True),
-])
-def test_quant_in_names(path, quant, expected):
-    assert has_quant(path, quant) is expected
-
-
-def test_drafter_names_and_precision():
-    assert is_drafter_name("mtp-gemma-4-E2B-it-Q8_0.gguf") and is_drafter_name("MTP/gemma-4-E2B-it-Q8_0-MTP.gguf")
-    assert is_drafter_name("gemma-4-12B-it-assistant-F16.gguf")
-    assert not is_drafter_name("mmproj-gemma-4-E2B-it-f16.gguf") and not is_drafter_name("gemma-4-E2B-it-Q8_0.gguf")
-    assert not is_drafter_name("MTP/README.md")
-    order = sorted(["x-mtp-Q4_0.gguf", "x-mtp-BF16.gguf", "x-mtp-Q8_0.gguf", "x-mtp-F16.gguf"], key=precision_rank)
-    assert order == ["x-mtp-Q8_0.gguf", "x-mtp-F16.gguf", "x-mtp-BF16.gguf", "x-mtp-Q4_0.gguf"]
-
-    class F:
-        def __init__(self, path):
-            self.path = path
-    files = [F("gemma-4-E2B-it-Q4_K_M-00001-of-00002.gguf"), F("mmproj-Q4_K_M.gguf"),
-             F("mtp-gemma-4-E2B-it-Q4_K_M.gguf"), F("sub/gemma-4-E2B-it-Q4_K_M.gguf")]
-    assert pick_target(files, "Q4_K_M").path == "sub/gemma-4-E2B-it-Q4_K_M.gguf"
-    assert pick_target(files[:3], "Q4_K_M") is None
 
 
 def test_unknown_quant_is_refused_with_the_choices(hub, tmp_path):
