@@ -179,7 +179,7 @@ def coding_shots(win, tmp: Path, wait, shot) -> None:
     win.input.setPlainText("What is the date today?")
     win.send()
     wait(lambda: win.session.tool_turn is not None)
-    card = next(iter(win.session.tool_turn.widget.tool_cards.values()))
+    card = next(iter(win.chat_view.widget_for(win.session.tool_turn.mid).tool_cards.values()))
     card.buttons["once"].click()
     wait(lambda: not win.session.busy)
     card.fold.click()
