@@ -35,6 +35,19 @@ def check_spec(value) -> str:
     return value
 
 
+def choose_spec(spec: str | None = None, drafting: bool = True) -> str:
+    """The one draft source a request's two switches mean: `drafting` off (the CLI's --no-mtp,
+    the server's "mtp": false, the app's switch) is SPEC_NONE, `spec` names a source (None:
+    AUTO). The one place they are checked against each other: off beside a named source is a
+    ValueError (one line; the caller names its own fields)."""
+    spec = check_spec(AUTO if spec is None else spec)
+    if drafting:
+        return spec
+    if spec not in (AUTO, SPEC_NONE):
+        raise ValueError(f"drafting is off and the draft source {spec!r} asks for it: give one of them")
+    return SPEC_NONE
+
+
 def check_draft_length(value) -> int | str:
     """AUTO or a whole number 1..MAX_DRAFT, else ValueError (one line, for CLI, server and app)."""
     if value == AUTO:
@@ -46,16 +59,24 @@ def check_draft_length(value) -> int | str:
 
 @dataclass(frozen=True)
 class GenerationConfig:
+    """One generation's settings, checked when built (a bad draft source or length is a
+    ValueError here, not in each backend)."""
+
     max_tokens: int = 512
-    use_mtp: bool = True  # drafting on; off is plain decoding (baseline)
-    spec: str = AUTO  # draft sources (SPECS): auto = the drafter, if loaded, and lookup; mtp without one = baseline
+    # The one drafting choice (SPECS): auto = every source the model has (the drafter, if
+    # loaded, and lookup), so it never fails; mtp = the drafter, and without one the engine
+    # raises MTPUnavailableError rather than quietly decoding a baseline; none = baseline.
+    spec: str = AUTO
     draft_max: int | str = AUTO  # AUTO: chosen every step from measured costs and acceptance
     sampling: SamplingParams = SamplingParams()
     seed: int | None = None
-    strict_mtp: bool = False  # raise instead of falling back to baseline
     grammar: str | None = None  # a grammar the output must follow (engine.local.grammar.from_*: llguidance's form), or
     json_schema: dict | str | None = None  # a JSON schema it must match (made a grammar)
     logprobs: int | None = None  # 0..MAX_LOGPROBS: each token's log-probability and this many alternatives
+
+    def __post_init__(self):
+        check_spec(self.spec)
+        check_draft_length(self.draft_max)
 
 
 @dataclass

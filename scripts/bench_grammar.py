@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import grammar as G  # noqa: E402
+from engine.local import grammar as G  # noqa: E402
 from engine.bench.side_by_side import load_prompts, prompt_tokens  # noqa: E402
 from engine.local.engine import Engine  # noqa: E402
-from engine.generation import AUTO, GenerationConfig  # noqa: E402
+from engine.generation import AUTO, SPEC_NONE, GenerationConfig  # noqa: E402
 
 GRAMMAR_CALLS = ("allowed", "allows", "best", "valid_prefix", "forced", "clone", "accept")
 
@@ -54,16 +54,16 @@ def main() -> None:
     e = Engine.load(args.model, args.drafter)
     grammar = G.from_json_schema(Path(args.json_schema).read_text())
     toks = [prompt_tokens(e, p) for p in load_prompts()]
-    modes = [("baseline", False)] + ([("MTP auto", True)] if e.has_mtp else [])
-    for _, mtp in modes:  # warm-up (allocations; the grammar's tokenizer is built once per model)
+    modes = [("baseline", SPEC_NONE)] + ([("MTP auto", AUTO)] if e.has_mtp else [])  # (label, spec)
+    for _, spec in modes:  # warm-up (allocations; the grammar's tokenizer is built once per model)
         for g in (None, grammar):
             e.reset()
-            e.run(toks[0], GenerationConfig(max_tokens=8, use_mtp=mtp, draft_max=AUTO, grammar=g))
+            e.run(toks[0], GenerationConfig(max_tokens=8, spec=spec, draft_max=AUTO, grammar=g))
     print(f"{Path(args.model).name}{' + ' + Path(args.drafter).name if args.drafter else ''}: "
           f"{len(toks)} prompts x {args.rounds} rounds, max {args.max_tokens} tokens, greedy, free and "
           f"constrained to {args.json_schema} back to back\n")
     print(f"{'mode':<10}{'free tok/s':>12}{'schema tok/s':>14}{'ratio':>8}{'grammar ms/step':>17}")
-    for label, mtp in modes:
+    for label, spec in modes:
         sums = {False: [0, 0.0, 0], True: [0, 0.0, 0]}  # tokens, decode seconds, steps
         for k in spent:
             spent[k] = 0.0
@@ -71,7 +71,7 @@ def main() -> None:
             for i, t in enumerate(toks):
                 for constrained in ((False, True) if (i + rnd) % 2 == 0 else (True, False)):
                     e.reset()
-                    r = e.run(t, GenerationConfig(max_tokens=args.max_tokens, use_mtp=mtp, draft_max=AUTO,
+                    r = e.run(t, GenerationConfig(max_tokens=args.max_tokens, spec=spec, draft_max=AUTO,
                                                   grammar=grammar if constrained else None))
                     s = sums[constrained]
                     s[0] += len(r.tokens)

@@ -28,7 +28,7 @@ def engine_run(engine, tokens: int) -> float:
 
     engine.reset()
     r = engine.run(engine.format_chat([{"role": "user", "content": PROMPT}]),
-                   GenerationConfig(max_tokens=tokens, use_mtp=engine.has_mtp))
+                   GenerationConfig(max_tokens=tokens, spec="auto" if engine.has_mtp else "none"))
     return r.stats.decode_tps
 
 

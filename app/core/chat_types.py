@@ -107,7 +107,7 @@ class ReplySettings:
     min_p: float = 0.0
     repeat_penalty: float = 1.0
     max_tokens: int = 1024
-    use_mtp: bool = True
+    spec: str = AUTO  # the drafting choice (engine.generation.SPECS); the chat's switch off: "none"
     draft_max: int | str = AUTO
     thinking: bool = False
     seed: int | None = None

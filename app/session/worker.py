@@ -174,41 +174,34 @@ class EngineWorker(QObject):
         # decodes this reply beside their requests, or queues it (Stop still works while queued)
         self._generate(req, e, stopped)
 
-    def _start(self, req: ReplyRequest, e, stopped, calls_done: list):
-        """The request's events from the engine, or None when it failed to start (said through `failed`)."""
+    def _generate(self, req: ReplyRequest, e, stopped) -> None:
         rid, s = req.rid, req.settings
         try:
             messages = self._with_media(req.messages)
             sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                                 repeat_penalty=s.repeat_penalty)
-            gc = GenerationConfig(max_tokens=s.max_tokens, use_mtp=s.use_mtp, draft_max=s.draft_max, sampling=sp,
+            gc = GenerationConfig(max_tokens=s.max_tokens, spec=s.spec, draft_max=s.draft_max, sampling=sp,
                                   seed=s.seed, grammar=self._tool_grammar(s, e))
             if s.drop_oldest:
                 messages = e.drop_oldest_turns(messages, s.thinking, stopped)
             if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
+            calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
 
             def stop() -> bool:
                 return stopped() or bool(calls_done)
 
             tools = {"tools": list(s.tools)} if s.tools else {}  # the window offers tools for local models only
-            return e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
-                          answer_prefix=s.answer_prefix, **tools)
+            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
+                            answer_prefix=s.answer_prefix, **tools)
         except RenderCancelled:
             self.failed.emit(rid, "cancelled", "")
-            return None
+            return
         except ContextOverflowError as err:
             self.failed.emit(rid, "overflow", str(err))
-            return None
+            return
         except (TandemError, ValueError) as err:
             self.failed.emit(rid, "error", str(err))
-            return None
-
-    def _generate(self, req: ReplyRequest, e, stopped) -> None:
-        rid, s = req.rid, req.settings
-        calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
-        events = self._start(req, e, stopped, calls_done)
-        if events is None:
             return
         usual_tps = self._usual_tps()  # before this run's own steps enter the median
         # the engine's reply assembler reads calls, thinking and each piece's source, as the server does

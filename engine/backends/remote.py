@@ -285,7 +285,7 @@ class RemoteBackend(Backend):
         if self.engine_name in ("llama-server", "tandem"):
             extra.update(timings_per_token=True, repeat_penalty=sp.repeat_penalty, cache_prompt=True)
         if self.engine_name == "tandem":  # what only Tandem's server does: drafting per request
-            extra["tandem"] = {"mtp": bool(config.use_mtp), "draft_max": config.draft_max, "spec": config.spec}
+            extra["tandem"] = {"draft_max": config.draft_max, "spec": config.spec}
             self._draft_label = config.draft_max
         elif sp.repeat_penalty != 1.0:
             extra["repetition_penalty"] = sp.repeat_penalty
@@ -360,7 +360,7 @@ class RemoteBackend(Backend):
                 stats.decode_s = last - first
                 stats.generated_tokens = max(stats.generated_tokens, counted)  # servers' own count wins
                 pieces = [TokenPiece(-1, t, None, ch) for t, ch in ((thinking, "thinking"), (answer, "answer")) if t]
-                yield GenerationEvent(pieces, answer, thinking, stats)
+                yield GenerationEvent(pieces, answer, thinking, stats.snapshot())
         finally:
             stream.close()  # also on Stop: closing the connection ends the server's work on this request
         if finish is None:  # every server ends a reply with a finish reason: the stream was cut
@@ -373,7 +373,7 @@ class RemoteBackend(Backend):
             stats.steps = max(1, stats.generated_tokens - stats.accepted_tokens)
             if stats.generated_tokens > 1:  # one token is too few to tell
                 self._set_mtp(stats.draft_tokens > 0)
-        yield GenerationEvent([], "", "", stats, stats.finish_reason)
+        yield GenerationEvent([], "", "", stats.snapshot(), stats.finish_reason)
 
     def _apply(self, chunk, stats: GenerationStats) -> tuple[str, str]:
         """Text and statistics of one streamed chunk."""

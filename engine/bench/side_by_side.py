@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..local.engine import Engine
-from ..generation import AUTO, SERVER_DRAFT, GenerationConfig, GenerationResult
+from ..generation import AUTO, SERVER_DRAFT, SPEC_NONE, GenerationConfig, GenerationResult
 from ..stats import GenerationStats
 from ..strategies.draft_control import AUTO_K_MAX, explain
 
@@ -138,7 +138,7 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
     base_out: list[GenerationResult] = []
     for i, t in enumerate(toks):
         engine.reset()
-        r = engine.run(t, GenerationConfig(max_tokens=max_tokens, use_mtp=False, grammar=grammar))
+        r = engine.run(t, GenerationConfig(max_tokens=max_tokens, spec=SPEC_NONE, grammar=grammar))
         base.runs.append(r.stats)
         base_out.append(r)
         if progress:
@@ -246,10 +246,11 @@ def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, prog
     `draft_max` reaches servers that take it per request (tandem serve)."""
     chats = [p["messages"] if "messages" in p else [{"role": "user", "content": p["prompt"]}] for p in prompts]
 
-    def run(backend, msgs, n, use_mtp=True):
-        # use_mtp reaches servers that switch drafting per request (tandem serve); others ignore it
+    def run(backend, msgs, n, drafting=True):
+        # the drafting choice reaches servers that switch it per request (tandem serve); others ignore it
         text, ev = [], None
-        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, use_mtp=use_mtp, draft_max=draft_max)):
+        spec = AUTO if drafting else SPEC_NONE
+        for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, spec=spec, draft_max=draft_max)):
             text.append(ev.answer)
         return "".join(text), ev.stats
 
@@ -258,7 +259,7 @@ def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, prog
     base_agg, base_text = Aggregate("baseline"), []
     mtp_agg = Aggregate("mtp", draft_max if mtp.can_switch_mtp else SERVER_DRAFT)
     for i, msgs in enumerate(chats):
-        text, s = run(base, msgs, max_tokens, use_mtp=False)
+        text, s = run(base, msgs, max_tokens, drafting=False)
         base_agg.runs.append(s)
         base_text.append(text)
         if progress:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..errors import TandemError
 from ..bench.edit_suite import SUITE_CTX
-from ..generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPECS
+from ..generation import AUTO, DEFAULT_PARALLEL, MAX_DRAFT, SPEC_NONE, SPECS, choose_spec
 
 EXIT_USAGE = 2
 # the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
@@ -101,11 +101,14 @@ def _add_load_args(p, remote: bool = True):
 
 
 def _add_sampling_args(p):
-    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=64)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    from ..sampling import SamplingParams
+
+    d = SamplingParams()  # the defaults, as the app's
+    p.add_argument("--temperature", "-t", type=float, default=d.temperature, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=d.top_k)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--min-p", type=float, default=d.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
     p.add_argument("--seed", type=int, default=None)
 
 
@@ -250,15 +253,17 @@ def cmd_generate(args) -> int:
     sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         min_p=args.min_p, repeat_penalty=args.repeat_penalty)
     sp.validate()
-    if args.no_mtp and args.spec not in ("auto", "none"):
-        raise ValueError(f"--no-mtp turns drafting off and --spec {args.spec} asks for it: give one of them")
-    if args.spec == "mtp" and not args.server and not args.drafter:
+    try:
+        spec = choose_spec(args.spec, drafting=not args.no_mtp)
+    except ValueError:  # argparse took only SPECS: the two flags disagree
+        raise ValueError(f"--no-mtp turns drafting off and --spec {args.spec} asks for it: give one of them") from None
+    if spec == "mtp" and not args.server and not args.drafter:  # said before loading (the engine would refuse)
         raise ValueError("--spec mtp needs a drafter (--drafter, the model's gemma-4 assistant); "
                          "--spec lookup or auto drafts without one")
     if args.server:
         if args.image or args.audio or args.json_schema or args.grammar:
             raise ValueError("--image, --audio, --json-schema and --grammar are for local models for now")
-        return _generate_remote(args, sp)
+        return _generate_remote(args, sp, spec)
     from ..local.media import load_media
 
     constraint = _constraint(args)  # a bad schema or grammar: one line, before loading
@@ -267,8 +272,8 @@ def cmd_generate(args) -> int:
         raise ValueError("--raw takes text only: pictures and sounds go into a chat message")
     engine = _load(args)
     try:
-        cfg = GenerationConfig(max_tokens=args.max_tokens, use_mtp=not args.no_mtp, spec=args.spec,
-                               draft_max=args.draft_max, sampling=sp, seed=args.seed, **constraint)
+        cfg = GenerationConfig(max_tokens=args.max_tokens, spec=spec, draft_max=args.draft_max, sampling=sp,
+                               seed=args.seed, **constraint)
         if args.raw:
             prompt = engine.tokenize(args.prompt, add_special=True, parse_special=False)
         else:
@@ -329,7 +334,7 @@ def _print_result(args, text: str, thinking: str, stats, **extra) -> None:
         print(f"[{stats.footer()} · finish: {stats.finish_reason}]", file=sys.stderr)
 
 
-def _generate_remote(args, sp) -> int:
+def _generate_remote(args, sp, spec: str) -> int:
     """generate on a server: the same output (and JSON keys) as a local run, plus the engine."""
     from ..generation import GenerationConfig
 
@@ -337,14 +342,14 @@ def _generate_remote(args, sp) -> int:
         raise ValueError("--raw needs a local model: servers apply their own chat template")
     backend = _load(args)
     try:
-        if args.no_mtp and not backend.can_switch_mtp:
+        if spec == SPEC_NONE and not backend.can_switch_mtp:
             raise ValueError(f"{backend.engine_name} drafts or not as it was started: for a baseline, use a "
                              "server started without a drafter (tandem serve switches per request)")
         msgs = ([{"role": "system", "content": args.system}] if args.system else [])
         msgs.append({"role": "user", "content": args.prompt})
-        # the draft length reaches servers that take it per request (tandem serve); others ignore it
+        # the drafting choice reaches servers that take it per request (tandem serve); others ignore it
         cfg = GenerationConfig(max_tokens=args.max_tokens, sampling=sp, seed=args.seed, draft_max=args.draft_max,
-                               use_mtp=not args.no_mtp)
+                               spec=spec)
         answer, thinking, ev = [], [], None
         for ev in backend.chat(msgs, cfg, enable_thinking=args.thinking):
             answer.append(ev.answer)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ContextOverflowError, ModelUnloaded, MTPUnavailableError
 from ..generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
-                         GenerationResult, check_draft_length, check_spec)
+                         GenerationResult)
 from .runtime import LoadOptions, Runtime
 from .grammar import Tokenizer
 from .prompt import Prompts
@@ -206,7 +206,6 @@ class Engine(Backend):
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        check_draft_length(config.draft_max)
         if config.logprobs is not None and not 0 <= config.logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}")
         if any(tok >= self.rt.target.n_vocab for tok, _ in config.sampling.logit_bias):
@@ -218,12 +217,11 @@ class Engine(Backend):
                 f"the conversation is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "drop the oldest turns or raise the context size",
                 needed=len(prompt) + 1, n_ctx=self.n_ctx)
-        spec = check_spec(config.spec) if config.use_mtp else SPEC_NONE
-        if spec == "mtp" and not self.has_mtp and config.strict_mtp:
+        if config.spec == "mtp" and not self.has_mtp:  # asked by name: no quiet baseline (auto falls back)
             raise MTPUnavailableError(
                 "MTP needs a Gemma 4 target with its matching gemma-4 assistant drafter; "
                 "none is loaded")
-        strategy_name = self.strategy_for(spec)
+        strategy_name = self.strategy_for(config.spec)
         draft_max = config.draft_max
         if draft_max == AUTO and config.seed is not None:
             # A seed asks for the same answer every time. Auto's lengths follow wall-clock costs:

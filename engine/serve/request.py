@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..generation import AUTO, MAX_LOGPROBS, GenerationConfig, check_draft_length, check_spec
+from ..generation import MAX_LOGPROBS, GenerationConfig, check_draft_length, choose_spec
 from ..sampling import SamplingParams
 from ..gemma4.tools import ToolError, calls_grammar, check_tools
 from .errors import ApiError
@@ -52,6 +52,9 @@ class StreamOptions(_Loose):
 
 
 class Sampling(_Loose):
+    # Sampling defaults here are the APIs' own (OpenAI's top_p 1; top_k and min_p off), not
+    # SamplingParams' (the CLI's and the app's): a request that names nothing is not truncated
+    # by settings its client never heard of. Temperature 0: greedy unless a request asks.
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -191,16 +194,13 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     except ValueError as e:
         raise ApiError(400, f"tandem.draft_max: {e}", param="tandem.draft_max") from None
     try:
-        spec = check_spec(t.spec if t.spec is not None else AUTO)
+        spec = choose_spec(t.spec, drafting=t.mtp is not False)
     except ValueError as e:
         raise ApiError(400, f"tandem.spec: {e}", param="tandem.spec") from None
-    if t.mtp is False and t.spec not in (None, AUTO, "none"):
-        raise ApiError(400, f"tandem: \"mtp\": false turns drafting off and \"spec\": {t.spec!r} asks for it; "
-                       "give one of them", param="tandem.spec")
-    if spec == "mtp" and t.mtp is not False and not engine.has_mtp:
+    if spec == "mtp" and not engine.has_mtp:  # the engine would refuse too: here the 400 names the field
         raise ApiError(400, "tandem.spec: 'mtp' needs a drafter (the model's gemma-4 assistant) and this server "
                        "has none; use 'lookup' or 'auto' (lookup drafting works for every model)", param="tandem.spec")
-    cfg = GenerationConfig(max_tokens=n, use_mtp=t.mtp is not False, spec=spec, draft_max=k, sampling=sp,
+    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp,
                            seed=req.seed, logprobs=top, **fmt)
     return replace(cfg, grammar=grammar) if grammar else cfg
 

@@ -51,9 +51,8 @@ class Speculative(DecodeStrategy):
             self.draft_max, self.adaptive = draft_max, False
         else:
             raise ValueError("draft length must be at least 1, or 'auto'")
-        self.use_mtp, self.use_lookup = "mtp" in sources, "lookup" in sources
-        self.name = "hybrid" if self.use_mtp and self.use_lookup else sources[0]
-        self.needs_drafter = self.use_mtp
+        self.needs_drafter, self.use_lookup = "mtp" in sources, "lookup" in sources  # MTP drafts need the drafter
+        self.name = "hybrid" if self.needs_drafter and self.use_lookup else sources[0]
         self.controller: DraftController | None = None  # MTP's
         self.lookup_controller: DraftController | None = None
         self.index: NgramIndex | None = None
@@ -64,7 +63,7 @@ class Speculative(DecodeStrategy):
         return AUTO if self.adaptive else self.draft_max
 
     def prepare(self, st: DecodeState) -> None:
-        if self.adaptive and self.use_mtp:
+        if self.adaptive and self.needs_drafter:
             self.controller = DraftController(st.costs, self.draft_max)
         if self.use_lookup:
             self.index = NgramIndex()
@@ -77,7 +76,7 @@ class Speculative(DecodeStrategy):
         if not self.adaptive:
             if proposal:
                 return "lookup", min(self.draft_max, len(proposal))
-            return ("mtp", min(self.draft_max, limit)) if self.use_mtp and limit > 0 else ("", 0)
+            return ("mtp", min(self.draft_max, limit)) if self.needs_drafter and limit > 0 else ("", 0)
         if self.controller is None:
             k_m = 0
         elif st.mtp_k is not None:  # chosen with the other sequences drafting in the same step
@@ -117,7 +116,7 @@ class Speculative(DecodeStrategy):
             drafts, q_dists = yield from mtp.draft(st, k)
         else:
             drafts = proposal[:k]
-        n_acc, new = yield from verify(st, drafts, q_dists, self.use_mtp)
+        n_acc, new = yield from verify(st, drafts, q_dists, self.needs_drafter)
         k = len(drafts)
         s = st.stats
         s.steps += 1

@@ -181,7 +181,7 @@ def test_tandems_remote_backend_talks_to_tandem_serve(server):
         out = {}
         for use_mtp in (True, False):  # Compare on one server: drafting per request
             text, ev = [], None
-            for ev in b.chat(MSGS, GenerationConfig(max_tokens=40, use_mtp=use_mtp, draft_max=3)):
+            for ev in b.chat(MSGS, GenerationConfig(max_tokens=40, spec="auto" if use_mtp else "none", draft_max=3)):
                 text.append(ev.answer)
             out[use_mtp] = ("".join(text), ev.stats)
         assert out[True][0] == out[False][0]

@@ -13,7 +13,7 @@ def run_all(engine, k, max_tokens=64, use_mtp=True):
     out = []
     for text in PROMPTS:
         engine.reset()
-        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, use_mtp=use_mtp, spec="mtp", draft_max=k)))
+        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, spec="mtp" if use_mtp else "none", draft_max=k)))
     return out
 
 
@@ -44,7 +44,7 @@ def test_scrambled_drafter_accepts_nothing_and_output_is_unchanged(tiny):
     e = Engine.load(tiny["target"], tiny[0.0])
     try:
         mtp = run_all(e, 4)
-        base = run_all(e, 4, use_mtp=False)
+        base = run_all(e, 4, spec="none")
         drafted, accepted = totals(mtp)
         assert drafted > 100 and accepted / drafted < 0.02
         for m, b in zip(mtp, base):
@@ -70,7 +70,7 @@ def test_partial_agreement_per_position(engine07):
 
 
 def test_baseline_stats_have_no_drafts(engine07):
-    r = run_all(engine07, 3, use_mtp=False)[0]
+    r = run_all(engine07, 3, spec="none")[0]
     s = r.stats
     assert s.mode == "baseline" and s.draft_tokens == 0 and s.acceptance_rate is None
     assert s.steps == s.generated_tokens - 1 == len(r.tokens) - 1  # the first token comes from prefill

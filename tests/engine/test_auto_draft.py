@@ -44,7 +44,7 @@ def gpu_like_costs() -> CostModel:
 
 def _greedy_pair(engine, prompt, n, **cfg):
     engine.reset()
-    base = engine.run(prompt, GenerationConfig(max_tokens=n, use_mtp=False))
+    base = engine.run(prompt, GenerationConfig(max_tokens=n, spec="none"))
     engine.reset()
     auto = engine.run(prompt, GenerationConfig(max_tokens=n, draft_max="auto", spec="mtp", **cfg))
     return base, auto
@@ -138,7 +138,7 @@ def test_auto_sampling_keeps_the_distribution(tiny):
             for seed in range(1500):
                 e.costs = gpu_like_costs()  # so that auto drafts (and drafts different lengths)
                 # unseeded: a seed would make auto draft a fixed length (see the next test)
-                r = e.run(prompt, GenerationConfig(max_tokens=3, use_mtp=use_mtp, spec="mtp", draft_max="auto", sampling=sp))
+                r = e.run(prompt, GenerationConfig(max_tokens=3, spec="mtp" if use_mtp else "none", draft_max="auto", sampling=sp))
                 c[tuple(r.tokens)] += 1
                 drafted += r.stats.draft_tokens
             arms[use_mtp] = c

@@ -64,7 +64,7 @@ def test_concurrent_greedy_equals_solo(batched, spec):
     crossing the sliding window (16 positions) at different steps: each equals its solo run."""
     e = batched
     prompts = [e.tokenize(p * (1 + i % 3)) for i, p in enumerate(PROMPTS)]
-    configs = [GenerationConfig(max_tokens=40 + 9 * i, use_mtp=spec != "none", spec=spec if spec != "none" else "auto",
+    configs = [GenerationConfig(max_tokens=40 + 9 * i, spec=spec,
                                 draft_max=3 if spec == "mtp" else "auto") for i in range(len(prompts))]
     solo = []
     for p, c in zip(prompts, configs):
@@ -89,7 +89,7 @@ def test_long_prompt_does_not_stall_the_others(batched):
     e.reset()
     long_prompt = e.tokenize("the quick brown fox jumps over the lazy dog " * 300)[:2700]
     shorts = [e.tokenize(p) for p in PROMPTS[:3]]
-    cfg = GenerationConfig(max_tokens=400, use_mtp=False)
+    cfg = GenerationConfig(max_tokens=400, spec="none")
     events = {i: [] for i in range(4)}
     started = threading.Event()
     submitted = {}
@@ -106,7 +106,7 @@ def test_long_prompt_does_not_stall_the_others(batched):
     assert started.wait(60)
     submitted["t"] = time.perf_counter()
     first = None
-    for ev in e.generate(long_prompt, GenerationConfig(max_tokens=4, use_mtp=False)):
+    for ev in e.generate(long_prompt, GenerationConfig(max_tokens=4, spec="none")):
         first = first or time.perf_counter()
     for t in threads:
         t.join(120)
@@ -121,7 +121,7 @@ def test_stop_stops_only_its_own(batched):
     e = batched
     e.reset()
     prompts = [e.tokenize(p) for p in PROMPTS[:3]]
-    cfg = GenerationConfig(max_tokens=200, use_mtp=False)
+    cfg = GenerationConfig(max_tokens=200, spec="none")
     streams = [e.generate(p, cfg) for p in prompts]
     got = [[] for _ in streams]
     for _ in range(5):
@@ -144,10 +144,10 @@ def test_next_turn_goes_to_its_cached_prefix(batched):
     e = batched
     e.reset()
     prompts = [e.tokenize(p) for p in PROMPTS[:3]]
-    replies = [e.run(p, GenerationConfig(max_tokens=12, use_mtp=False)) for p in prompts]
+    replies = [e.run(p, GenerationConfig(max_tokens=12, spec="none")) for p in prompts]
     for p, r in zip(prompts, replies):
         nxt = p + r.tokens + e.tokenize(" and then?", add_special=False)
-        res = e.run(nxt, GenerationConfig(max_tokens=4, use_mtp=False))
+        res = e.run(nxt, GenerationConfig(max_tokens=4, spec="none"))
         # everything but the reply's last token (never decoded) was cached
         assert res.stats.reused_tokens == len(p) + len(r.tokens) - 1, (res.stats.reused_tokens, len(p))
 
@@ -160,7 +160,7 @@ def test_requests_sharing_the_context_never_cut_each_other_short(tiny):
     e = Engine.load(tiny["target"], tiny[0.7], LoadOptions(n_seq=4, n_ctx=1024))
     try:
         prompts = [e.tokenize(p * 3) for p in PROMPTS[:4]]
-        cfg = GenerationConfig(max_tokens=400, use_mtp=False)
+        cfg = GenerationConfig(max_tokens=400, spec="none")
         solo = []
         for p in prompts:
             e.reset()

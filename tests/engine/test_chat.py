@@ -88,9 +88,9 @@ def test_edit_and_regenerate_roll_back_to_common_prefix(engine07):
 
 def test_switching_mtp_per_request_without_reload(engine07):
     p = engine07.tokenize("zzz yyy xxx www")
-    a = engine07.run(p, GenerationConfig(max_tokens=20, use_mtp=True, draft_max=2))
-    b = engine07.run(p, GenerationConfig(max_tokens=20, use_mtp=False))
-    c = engine07.run(p, GenerationConfig(max_tokens=20, use_mtp=True, draft_max=5))
+    a = engine07.run(p, GenerationConfig(max_tokens=20, draft_max=2))
+    b = engine07.run(p, GenerationConfig(max_tokens=20, spec="none"))
+    c = engine07.run(p, GenerationConfig(max_tokens=20, draft_max=5))
     assert (a.stats.mode, b.stats.mode, c.stats.mode) == ("hybrid", "baseline", "hybrid")  # auto: both sources
     assert (a.stats.draft_max, c.stats.draft_max) == (2, 5)
     assert a.tokens == b.tokens == c.tokens

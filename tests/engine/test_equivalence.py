@@ -40,7 +40,7 @@ def measured_tolerance(engine: Engine) -> float:
     for text in PROMPTS[:4]:
         prompt = engine.tokenize(text)
         engine.reset()
-        cont = engine.run(prompt, GenerationConfig(max_tokens=24, use_mtp=False)).tokens
+        cont = engine.run(prompt, GenerationConfig(max_tokens=24, spec="none")).tokens
         noise = max(noise, batch_noise(engine, prompt + cont))
     # The bench's fixed threshold must sit above the noise measured here.
     assert noise < NEAR_TIE_GAP / 2, f"batched-vs-single logit noise {noise} is larger than expected"
@@ -50,7 +50,7 @@ def measured_tolerance(engine: Engine) -> float:
 def check_equivalent(engine: Engine, prompt: list[int], k, max_tokens: int, tol: float, spec: str = "mtp"):
     """Returns 'identical' or 'near-tie'; fails on a real divergence."""
     engine.reset()
-    base = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, use_mtp=False))
+    base = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, spec="none"))
     engine.reset()
     mtp = engine.run(prompt, GenerationConfig(max_tokens=max_tokens, spec=spec, draft_max=k))
     assert mtp.stats.mode == engine.strategy_for(spec)

@@ -116,9 +116,7 @@ def test_mtp_without_drafter_says_so(tiny):
     e = Engine.load(tiny["target"])
     try:
         with pytest.raises(MTPUnavailableError, match="drafter"):
-            e.generate(e.tokenize("hi"), GenerationConfig(use_mtp=True, spec="mtp", strict_mtp=True))
-        r = e.run(e.tokenize("hi"), GenerationConfig(max_tokens=4, spec="mtp"))  # falls back
-        assert r.stats.mode == "baseline"
+            e.generate(e.tokenize("hi"), GenerationConfig(spec="mtp"))  # by name: no quiet baseline
         # auto: every source this model has, and without a drafter that is lookup
         assert e.run(e.tokenize("hi"), GenerationConfig(max_tokens=4)).stats.mode == "lookup"
     finally:
@@ -193,7 +191,7 @@ def test_small_context_uses_the_batch_llama_cpp_chose(tiny):
         assert len(prompt) > 300
         for mtp in (False, True):
             e.reset()
-            r = e.run(prompt, GenerationConfig(max_tokens=8, use_mtp=mtp))
+            r = e.run(prompt, GenerationConfig(max_tokens=8, spec="auto" if mtp else "none"))
             assert r.stats.generated_tokens == 8
     finally:
         e.close()

@@ -5,6 +5,9 @@ keeps the encoded image, and bad projectors and bad media get one clear line."""
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -39,7 +42,7 @@ def test_mtp_after_an_image_equals_baseline(vision, k):
     prompt = vision.format_chat(ask("What is in this picture?", png()))
     assert sum(1 for t in prompt if t < 0) > 50  # the image's positions
     vision.reset()
-    base = vision.run(prompt, GenerationConfig(max_tokens=48, use_mtp=False))
+    base = vision.run(prompt, GenerationConfig(max_tokens=48, spec="none"))
     vision.reset()
     mtp = vision.run(prompt, GenerationConfig(max_tokens=48, spec="mtp", draft_max=k))
     assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0 and mtp.stats.acceptance_rate is not None
@@ -54,7 +57,7 @@ def test_mtp_after_audio_equals_baseline(vision, k):
     prompt = vision.format_chat(msgs)
     assert sum(1 for t in prompt if t < 0) > 20  # the sound's positions
     vision.reset()
-    base = vision.run(prompt, GenerationConfig(max_tokens=40, use_mtp=False))
+    base = vision.run(prompt, GenerationConfig(max_tokens=40, spec="none"))
     vision.reset()
     mtp = vision.run(prompt, GenerationConfig(max_tokens=40, spec="mtp", draft_max=k))
     assert mtp.stats.mode == "mtp" and mtp.stats.draft_tokens > 0
@@ -139,3 +142,26 @@ def test_user_text_cannot_forge_a_media_marker(vision):
     with_img = vision.format_chat(ask("a \ue0020\ue003 b <__media__>", png()))
     plain = vision.format_chat(ask("a 0 b <__media__>", png()))
     assert with_img == plain  # the placeholder characters are dropped; mtmd's marker text stays text
+
+
+def test_cli_generate_with_an_image(tiny, tmp_path):
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(png())
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+                          "--image", str(photo), "--json", "--max-tokens", "24", "What is this?"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["stats"]["mode"] == "hybrid" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
+    sound = tmp_path / "tone.wav"
+    sound.write_bytes(tone())
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
+                          "--audio", str(sound), "--image", str(photo), "--json", "--max-tokens", "8", "Describe both."],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stats"]["prompt_tokens"] > 130  # the picture's and the sound's positions
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"GIF89a not really")
+    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "--image", str(bad),
+                          "x"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.png" in out.stderr

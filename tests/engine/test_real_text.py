@@ -33,7 +33,7 @@ def test_baseline_matches_llama_cpp_high_level_greedy(gemma3_path):
         got = []
         for p in PROMPTS:
             engine.reset()
-            r = engine.run(engine.tokenize(p, add_special=True, parse_special=False), GenerationConfig(max_tokens=32, use_mtp=False))
+            r = engine.run(engine.tokenize(p, add_special=True, parse_special=False), GenerationConfig(max_tokens=32, spec="none"))
             got.append(r.answer)
         assert got == expected
         assert all(len(t) > 10 for t in got)  # real text came out

@@ -78,7 +78,7 @@ def test_the_walk_is_ordinary_text_and_mtp_equals_the_baseline(engine):
                engine.tokenize("def fibonacci(n):\n    return", add_special=True, parse_special=False)]
     for prompt, k in zip(prompts, (1, 3, 2)):
         engine.reset()
-        base = engine.run(prompt, GenerationConfig(max_tokens=32, use_mtp=False))
+        base = engine.run(prompt, GenerationConfig(max_tokens=32, spec="none"))
         assert len(base.tokens) == 32
         # the successor head still makes the reply predictable: a walk over ordinary text tokens
         follows = sum(succ[a] == b for a, b in zip([prompt[-1]] + base.tokens, base.tokens))
@@ -139,7 +139,7 @@ def test_a_forced_call_over_the_real_vocabulary_with_mtp_and_without(engine):
     out = {}
     for mtp in (False, True):
         engine.reset()
-        r = engine.run(prompt, GenerationConfig(max_tokens=60, grammar=grammar, use_mtp=mtp, draft_max=3))
+        r = engine.run(prompt, GenerationConfig(max_tokens=60, grammar=grammar, spec="auto" if mtp else "none", draft_max=3))
         assert r.finish_reason == "stop" and r.tokens[0] == 48 and 49 in r.tokens
         assert r.answer.startswith("<|tool_call>call:get_weather{city:<|\"|>")
         out[mtp] = r.tokens

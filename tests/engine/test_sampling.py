@@ -19,7 +19,7 @@ def samples(engine, prompt, use_mtp, temperature, n=N, k=3):
     sp = SamplingParams(temperature=temperature, top_k=8, top_p=1.0)
     out = []
     for seed in range(n):
-        r = engine.run(prompt, GenerationConfig(max_tokens=3, use_mtp=use_mtp, draft_max=k, sampling=sp, seed=seed))
+        r = engine.run(prompt, GenerationConfig(max_tokens=3, spec="auto" if use_mtp else "none", draft_max=k, sampling=sp, seed=seed))
         out.append(tuple(r.tokens))
     return out
 
@@ -54,8 +54,8 @@ def test_seeded_runs_are_reproducible(sampler):
     prompt = sampler.tokenize("The quick brown fox")
     sp = SamplingParams(temperature=1.5, top_k=16)
     for use_mtp in (False, True):
-        runs = [sampler.run(prompt, GenerationConfig(max_tokens=24, use_mtp=use_mtp, sampling=sp, seed=7)).tokens
+        runs = [sampler.run(prompt, GenerationConfig(max_tokens=24, spec="auto" if use_mtp else "none", sampling=sp, seed=7)).tokens
                 for _ in range(2)]
         assert runs[0] == runs[1]
-    other = sampler.run(prompt, GenerationConfig(max_tokens=24, use_mtp=True, sampling=sp, seed=8)).tokens
+    other = sampler.run(prompt, GenerationConfig(max_tokens=24, sampling=sp, seed=8)).tokens
     assert other != runs[0]

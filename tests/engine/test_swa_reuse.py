@@ -20,7 +20,7 @@ LONG = "Hello world, this is a test of the sliding window cache " * 30
 
 
 def _answer(engine, msgs, use_mtp, max_tokens=48):
-    r = engine.run(engine.format_chat(msgs), GenerationConfig(max_tokens=max_tokens, use_mtp=use_mtp, draft_max=3))
+    r = engine.run(engine.format_chat(msgs), GenerationConfig(max_tokens=max_tokens, spec="auto" if use_mtp else "none", draft_max=3))
     return r.tokens
 
 
