@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,18 +21,13 @@ from ..errors import EngineError, MTPUnavailableError
 from ..generation import MAX_DRAFT, MAX_LOOKUP_RUN
 from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from .llama import ensure_backend, ext, lib
+from .options import KV_TYPES, MIN_CTX, LoadOptions
 
-KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}
 MAX_OUTPUTS = max(MAX_DRAFT, MAX_LOOKUP_RUN) + 1  # logits rows of one sequence: a verify of the longest draft
 # logits rows each further sequence of a batch may add (a verify of auto's longest MTP draft):
 # rows cost 1 MiB each on Gemma's 262k vocabulary, so only the first sequence gets the longest
 SEQ_OUTPUTS = 9
-MAX_SEQ = 64  # sequences one context holds (llama.cpp's limit is 256)
-# llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
-# for; below 256 a "context" cannot hold a chat template and a reply anyway.
-CTX_STEP = 256
-MIN_CTX = 256
-MAX_CTX = 1 << 20
+CTX_STEP = 256  # llama.cpp rounds every context up to a multiple of 256 (options.MIN_CTX)
 
 
 def physical_cores() -> int:
@@ -41,35 +35,6 @@ def physical_cores() -> int:
     import psutil
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_ubatch: int = 512
-    n_threads: int = 0  # 0 = physical cores
-    target_gpu_layers: int = 0  # -1 = all
-    drafter_gpu_layers: int = 0
-    flash_attn: bool = True
-    kv_type: str = "f16"
-    verbose: bool = False
-    n_seq: int = 1  # sequences decoded together (tandem serve --parallel, plus the window's own)
-
-    def validate(self) -> None:
-        """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
-        cpus = os.cpu_count() or 1
-        if not MIN_CTX <= self.n_ctx <= MAX_CTX:
-            raise ValueError(f"context size must be between {MIN_CTX} and {MAX_CTX} tokens (got {self.n_ctx})")
-        if not 0 <= self.n_threads <= cpus:
-            raise ValueError(f"threads must be between 0 (automatic) and {cpus}, the CPUs of this "
-                             f"machine (got {self.n_threads})")
-        if self.n_batch < 1 or self.n_ubatch < 1:
-            raise ValueError(f"batch sizes must be at least 1 (got {self.n_batch}, {self.n_ubatch})")
-        if not 1 <= self.n_seq <= MAX_SEQ:
-            raise ValueError(f"parallel sequences must be between 1 and {MAX_SEQ} (got {self.n_seq})")
-        if self.kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
 
 
 class TargetRunner:

@@ -120,8 +120,8 @@ def router(state: ServerState) -> APIRouter:
     async def props():
         e = state.engine()
         template = e.template
-        return {"default_generation_settings": {"n_ctx": e.n_ctx, "params": {"temperature": 0.0, "top_k": 0,
-                                                                              "top_p": 1.0, "min_p": 0.0}},
+        defaults = {k: rq.Sampling.model_fields[k].default for k in ("temperature", "top_k", "top_p", "min_p")}
+        return {"default_generation_settings": {"n_ctx": e.n_ctx, "params": defaults},  # a request's own
                 "total_slots": e.scheduler.n_slots, "model_alias": state.name,
                 "model_path": _file_name(e),  # the file's name: the folders it sits in are the user's
                 "modalities": {"vision": bool(e.projector and e.projector.vision),

@@ -1,0 +1,43 @@
+"""How a local pair is loaded (`LoadOptions`): plain values, no llama.cpp, so the app's
+records (app.core) can hold them without loading the library."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}  # llama.cpp's ggml types for the KV cache
+MAX_SEQ = 64  # sequences one context holds (llama.cpp's limit is 256)
+# llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
+# for; below 256 a "context" cannot hold a chat template and a reply anyway.
+MIN_CTX = 256
+MAX_CTX = 1 << 20
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0 = physical cores
+    target_gpu_layers: int = 0  # -1 = all
+    drafter_gpu_layers: int = 0
+    flash_attn: bool = True
+    kv_type: str = "f16"
+    verbose: bool = False
+    n_seq: int = 1  # sequences decoded together (tandem serve --parallel, plus the window's own)
+
+    def validate(self) -> None:
+        """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
+        cpus = os.cpu_count() or 1
+        if not MIN_CTX <= self.n_ctx <= MAX_CTX:
+            raise ValueError(f"context size must be between {MIN_CTX} and {MAX_CTX} tokens (got {self.n_ctx})")
+        if not 0 <= self.n_threads <= cpus:
+            raise ValueError(f"threads must be between 0 (automatic) and {cpus}, the CPUs of this "
+                             f"machine (got {self.n_threads})")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise ValueError(f"batch sizes must be at least 1 (got {self.n_batch}, {self.n_ubatch})")
+        if not 1 <= self.n_seq <= MAX_SEQ:
+            raise ValueError(f"parallel sequences must be between 1 and {MAX_SEQ} (got {self.n_seq})")
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
