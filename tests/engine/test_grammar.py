@@ -1,15 +1,11 @@
 """Constrained decoding with llguidance, on the real MTP path: the output follows the grammar,
 MTP under a grammar equals baseline under it (rejections and the sliding-window cache
 included), a grammar that allows everything changes nothing, sampling stays within the
-grammar, bounds are enforced, and hostile schemas are refused in bounded time, naming the
-keyword and where the schema uses it."""
+grammar, bounds are enforced (schemas as grammars alone: tests/unit/test_schema_grammar.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -18,20 +14,9 @@ from engine.generation import GenerationConfig
 from engine.local.grammar import GrammarError, from_gbnf, from_json_schema
 from engine.sampling import SamplingParams
 
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "tag", "name", "items"],
-          "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["alpha", "beta"]},
-                         "name": {"type": "string", "maxLength": 12},
-                         "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}}}
+from ..support.record_schema import SCHEMA, valid_record
+
 ANYTHING = from_gbnf('root ::= char*\nchar ::= [\\x00-\\x7F] | [^\\x00-\\x7F]')
-
-
-def _valid(text: str) -> dict:
-    obj = json.loads(text)
-    assert set(obj) == {"ok", "tag", "name", "items"} and isinstance(obj["ok"], bool)
-    # (maxLength counts characters as the grammar reads bytes: a random model's stray bytes decode to
-    # several U+FFFD, so the name's length is not checked here)
-    assert obj["tag"] in ("alpha", "beta") and isinstance(obj["name"], str) and len(obj["items"]) <= 3
-    return obj
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +37,7 @@ def test_mtp_under_a_schema_equals_baseline_under_it_and_the_output_validates(en
         p = e.format_chat([{"role": "user", "content": prompt}])
         base = e.run(p, GenerationConfig(max_tokens=300, spec="none", json_schema=SCHEMA))
         assert base.finish_reason == "stop", base.answer  # the grammar closed the object, then the end
-        _valid(base.answer)
+        valid_record(base.answer)
         for k in (1, 3, "auto"):
             e.reset()
             m = e.run(p, GenerationConfig(max_tokens=300, draft_max=k, json_schema=SCHEMA))
@@ -98,89 +83,8 @@ def test_sampling_stays_within_the_schema_with_mtp(engines):
         r = e.run(p, GenerationConfig(max_tokens=300, draft_max=3, json_schema=SCHEMA, seed=seed,
                                       sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0)))
         assert r.finish_reason == "stop"
-        seen.add(json.dumps(_valid(r.answer), sort_keys=True))
+        seen.add(json.dumps(valid_record(r.answer), sort_keys=True))
     assert len(seen) > 1  # it samples: not one fixed answer
-
-
-@pytest.mark.parametrize("schema, words", [
-    ({"type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}},
-     r"'uniqueItems' \(at /properties/n\)"),
-    ({"if": {"required": ["a"]}, "then": {"required": ["b"]}}, r"'if' \(at /\), 'then' \(at /\)"),
-    ({"properties": {"re": {"type": "string", "format": "regex"}}}, r"'format' \(at /properties/re\).*regex"),
-    ({"properties": {"n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}, r"'oneOf' \(at /properties/n\)"),
-    ({"type": "object", "properties": {"a": {}}, "additionalProperties": True, "minProperties": 2},
-     r"'minProperties' \(at /\)"),
-    ({"enum": list(range(5000))}, "enum has 5000 values"),
-    ({"$ref": "https://example.com/schema.json"}, "only local references"),
-    (json.loads('{"items": ' * 40 + '{}' + '}' * 40), "nests deeper"),
-    ("{not json", "not valid JSON"),
-    ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}}, "larger than 64 KB"),
-])
-def test_hostile_schemas_are_refused_naming_the_problem(schema, words):
-    t = time.perf_counter()
-    with pytest.raises(GrammarError, match=words):
-        from_json_schema(schema)
-    assert time.perf_counter() - t < 5  # bounded, not a hang (a generous bound, not a speed claim)
-
-
-def test_a_recursive_schema_is_a_grammar_not_a_hang():
-    tree = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
-                                                                          "items": {"$ref": "#/$defs/node"}}}}},
-            "type": "object", "properties": {"tree": {"$ref": "#/$defs/node"}}}
-    assert from_json_schema(tree)
-
-
-def _matches(grammar: str, text: str) -> bool:
-    """Whether a grammar takes `text` whole, read byte by byte (a tokenizer of 256 byte tokens)."""
-    import llguidance
-
-    class Bytes:
-        eos_token_id, bos_token_id = 256, None
-        tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-
-        def __call__(self, b):
-            return list(b)
-
-    m = llguidance.LLMatcher(llguidance.LLTokenizer(llguidance.TokenizerWrapper(Bytes())), grammar)
-    data = list(text.encode())
-    return m.validate_tokens(data) == len(data) and m.consume_tokens(data) and m.is_accepting()
-
-
-def test_objects_hold_the_keys_their_schema_names_unless_it_asks_for_more():
-    """Found on real-world schemas: a schema that declares properties but says nothing of others
-    let a model write invented keys until max_tokens (llama-server's converter leaves them out,
-    as tool calls' arguments here do). An explicit `additionalProperties` keeps its word, and
-    sub-schemas combined by intersection (allOf) are left as they are: closing each would
-    forbid the other's keys."""
-    user = {"type": "object", "properties": {"name": {"type": "string"},
-                                            "address": {"type": "object", "properties": {"city": {"type": "string"}}}}}
-    g = from_json_schema(user)
-    assert _matches(g, '{"name": "Ann", "address": {"city": "Oslo"}}')
-    assert not _matches(g, '{"name": "Ann", "age": 3}')
-    assert not _matches(g, '{"address": {"city": "Oslo", "zip": "0150"}}')
-    assert _matches(from_json_schema({**user, "additionalProperties": True}), '{"name": "Ann", "age": 3}')
-    # a property may be called "properties" or "allOf": names, not keywords
-    assert _matches(from_json_schema({"type": "object", "properties": {"properties": {"type": "integer"},
-                                                                       "allOf": {"type": "integer"}}}),
-                    '{"properties": 1, "allOf": 2}')
-    both = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                      {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
-    assert _matches(from_json_schema(both), '{"a": 1, "b": 2}')
-    # draft 3's `"required": true` is not a list of names: refused in words (it was a TypeError: a 500)
-    inner = {"type": "object", "properties": {"b": {"type": "integer"}}, "required": True}
-    with pytest.raises(GrammarError, match="required"):
-        from_json_schema({"type": "object", "properties": {"a": inner}})
-    # an object that requires a key it does not declare stays open (closed, it could never be written)
-    assert _matches(from_json_schema({"type": "object", "properties": {"a": {}}, "required": ["id"]}), '{"id": 1}')
-
-
-def test_unbounded_numbers_stop_at_16_digits_before_the_point():
-    """Found on real-world schemas: a random model wrote "6868686868..." until max_tokens. As
-    llama.cpp's converter and tool calls' arguments: 16 digits; a schema's own bounds stand."""
-    g = from_json_schema({"type": "object", "properties": {"n": {"type": "number"}, "i": {"type": ["integer", "null"]}}})
-    assert _matches(g, '{"n": -1234567890123456.5, "i": 9007199254740991}')
-    assert not _matches(g, '{"n": 12345678901234567}') and not _matches(g, '{"i": 9007199254740992}')
-    assert _matches(from_json_schema({"type": "integer", "minimum": 10**17}), str(10**17 + 1))
 
 
 def test_a_bad_grammar_is_one_error_before_streaming(engines):
@@ -188,25 +92,6 @@ def test_a_bad_grammar_is_one_error_before_streaming(engines):
         from_gbnf("root ::= (unclosed")
     with pytest.raises(GrammarError, match="cannot be used"):
         engines["0.7"].generate([1, 2, 3], GenerationConfig(grammar="start: nowhere"))
-
-
-def test_cli_json_schema_and_grammar(tiny, tmp_path):
-    schema = tmp_path / "s.json"
-    schema.write_text(json.dumps(SCHEMA))
-    run = [sys.executable, "-m", "app.main", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
-           "--max-tokens", "300", "--json"]
-    out = json.loads(subprocess.run(run + ["--json-schema", str(schema), "a record"], capture_output=True,
-                                    text=True, timeout=300, check=True).stdout)
-    _valid(out["text"])
-    g = tmp_path / "yes.gbnf"
-    g.write_text('root ::= "yes" | "no"')
-    out = json.loads(subprocess.run(run + ["--grammar", str(g), "?"], capture_output=True, text=True, timeout=300,
-                                    check=True).stdout)
-    assert out["text"] in ("yes", "no")
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"type": "array", "uniqueItems": true}')
-    r = subprocess.run(run + ["--json-schema", str(bad), "x"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "'uniqueItems'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_the_mask_and_the_single_checks_agree_along_a_reply(engines):

@@ -5,9 +5,6 @@ keeps the encoded image, and bad projectors and bad media get one clear line."""
 from __future__ import annotations
 
 import io
-import json
-import subprocess
-import sys
 
 import pytest
 from PIL import Image
@@ -142,26 +139,3 @@ def test_user_text_cannot_forge_a_media_marker(vision):
     with_img = vision.format_chat(ask("a \ue0020\ue003 b <__media__>", png()))
     plain = vision.format_chat(ask("a 0 b <__media__>", png()))
     assert with_img == plain  # the placeholder characters are dropped; mtmd's marker text stays text
-
-
-def test_cli_generate_with_an_image(tiny, tmp_path):
-    photo = tmp_path / "photo.png"
-    photo.write_bytes(png())
-    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
-                          "--image", str(photo), "--json", "--max-tokens", "24", "What is this?"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)
-    assert r["stats"]["mode"] == "hybrid" and r["stats"]["acceptance_rate"] is not None and r["stats"]["media_s"] > 0
-    sound = tmp_path / "tone.wav"
-    sound.write_bytes(tone())
-    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "-d", str(tiny[0.7]),
-                          "--audio", str(sound), "--image", str(photo), "--json", "--max-tokens", "8", "Describe both."],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["stats"]["prompt_tokens"] > 130  # the picture's and the sound's positions
-    bad = tmp_path / "bad.png"
-    bad.write_bytes(b"GIF89a not really")
-    out = subprocess.run([sys.executable, "-m", "engine", "generate", "-m", str(tiny["target"]), "--image", str(bad),
-                          "x"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "bad.png" in out.stderr
