@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from engine.generation import AUTO
+from engine.generation import AUTO, check_draft_length
+from engine.local.options import LoadOptions
+from engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -18,10 +20,7 @@ class LoadRequest:
     target: str = ""
     drafter: str = ""
     mmproj: str | None = None  # None: look next to the target
-    n_ctx: int = 4096
-    threads: int = 0
-    target_gpu_layers: int = 0
-    drafter_gpu_layers: int = 0
+    options: LoadOptions = LoadOptions()  # local: context, threads, GPU layers (the worker sets n_seq)
     server: str = ""  # remote: the server's base URL
     baseline_server: str = ""  # remote: the same model without a drafter, for Compare
     api_key: str = ""
@@ -97,15 +96,55 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class ChatOptions:
+    """One chat's own switches, kept with it by the store as a JSON object (`stored`); what an
+    older or newer Tandem wrote still loads (`from_stored`). A bad draft length raises."""
+
+    drafting: bool = True  # the drafting switch; stored as "use_mtp", the name every Tandem reads
+    draft_max: int | str = AUTO
+    thinking: bool = False
+    system_prompt: str = ""  # "": the default from Settings
+    tools: bool = False  # the switched-on MCP servers' tools are offered in this chat
+    allowed_tools: tuple[str, ...] = ()  # tools run without asking, in this chat
+    unknown: tuple = ()  # (key, value) another Tandem version wrote: kept, written back
+
+    def __post_init__(self):
+        check_draft_length(self.draft_max)
+
+    def but(self, **changes) -> "ChatOptions":
+        """These options with some changed: the one way a chat's options change."""
+        return replace(self, **changes)
+
+    def stored(self) -> dict:
+        return {**dict(self.unknown), "use_mtp": self.drafting, "draft_max": self.draft_max,
+                "thinking": self.thinking, "system_prompt": self.system_prompt, "tools": self.tools,
+                "allowed_tools": list(self.allowed_tools)}
+
+    @classmethod
+    def from_stored(cls, data) -> "ChatOptions":
+        """The options a stored object holds: a missing key or a value of the wrong type is the
+        default (Tandem 0.1 wrote draft_max 0 for auto)."""
+        data = data if isinstance(data, dict) else {}
+        k = data.get("draft_max", AUTO)
+        try:
+            k = check_draft_length(AUTO if k in (0, None) else k)
+        except ValueError:
+            k = AUTO
+        names = data.get("allowed_tools")
+        known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools"}
+        return cls(drafting=bool(data.get("use_mtp", True)), draft_max=k, thinking=bool(data.get("thinking", False)),
+                   system_prompt=data["system_prompt"] if isinstance(data.get("system_prompt"), str) else "",
+                   tools=bool(data.get("tools", False)),
+                   allowed_tools=tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else (),
+                   unknown=tuple((key, v) for key, v in data.items() if key not in known))
+
+
+@dataclass(frozen=True)
 class ReplySettings:
     """How one reply is generated: the app's settings, the chat's switches, and what the
     session adds for a Compare run, a continued reply or a retry without the oldest turns."""
 
-    temperature: float = 0.0
-    top_k: int = 64
-    top_p: float = 0.95
-    min_p: float = 0.0
-    repeat_penalty: float = 1.0
+    sampling: SamplingParams = SamplingParams()
     max_tokens: int = 1024
     spec: str = AUTO  # the drafting choice (engine.generation.SPECS); the chat's switch off: "none"
     draft_max: int | str = AUTO

@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.generation import AUTO, MAX_DRAFT
+from engine.local.options import LoadOptions
+from engine.sampling import SamplingParams
+
+SAMPLING = SamplingParams()  # the sampling defaults: the engine's, in one place
+LOAD = LoadOptions()  # and how a pair loads
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty")  # the ones Settings shows
 
 
 @dataclass(frozen=True)
@@ -51,15 +57,15 @@ FIELDS: dict[str, Field] = {
     "remote": Field(None, _optional_dict),  # {"connection", "model"}: a server model last used, else None
     "connections": Field([], _list_of_dicts),  # servers (app.connections.Connection as dicts; keys in the keyring)
     "mcp_servers": Field([], _list_of_dicts),  # Settings → Tools (app.tools.mcp_client.ServerConfig dicts), all off by default
-    "target_gpu_layers": Field(0, _of(int)),
-    "drafter_gpu_layers": Field(0, _of(int)),
-    "n_ctx": Field(4096, _of(int)),
-    "threads": Field(0, _of(int)),
-    "temperature": Field(0.0, _number),
-    "top_k": Field(64, _of(int)),
-    "top_p": Field(0.95, _number),
-    "min_p": Field(0.0, _number),
-    "repeat_penalty": Field(1.0, _number),
+    "target_gpu_layers": Field(LOAD.target_gpu_layers, _of(int)),
+    "drafter_gpu_layers": Field(LOAD.drafter_gpu_layers, _of(int)),
+    "n_ctx": Field(LOAD.n_ctx, _of(int)),
+    "threads": Field(LOAD.n_threads, _of(int)),
+    "temperature": Field(SAMPLING.temperature, _number),
+    "top_k": Field(SAMPLING.top_k, _of(int)),
+    "top_p": Field(SAMPLING.top_p, _number),
+    "min_p": Field(SAMPLING.min_p, _number),
+    "repeat_penalty": Field(SAMPLING.repeat_penalty, _number),
     "max_tokens": Field(1024, _of(int)),
     "system_prompt": Field("", _of(str)),
     "theme": Field("system", lambda v: v in ("system", "light", "dark")),
@@ -71,6 +77,18 @@ FIELDS: dict[str, Field] = {
     "serve_port": Field(8080, lambda v: _of(int)(v) and 1024 <= v <= 65535),  # File → Local API server
     "tool_timeout_s": Field(60, lambda v: _of(int)(v) and 1 <= v <= 3600),  # an allowed tool call's time limit
 }
+
+
+def sampling_params(settings: dict) -> SamplingParams:
+    """The sampling the settings ask for (the rest of SamplingParams: its defaults)."""
+    return SamplingParams(**{k: settings[k] for k in SAMPLING_KEYS})
+
+
+def load_options(settings: dict) -> LoadOptions:
+    """How the settings load a local pair (the rest of LoadOptions: its defaults)."""
+    return LoadOptions(n_ctx=settings["n_ctx"], n_threads=settings["threads"],
+                       target_gpu_layers=settings["target_gpu_layers"],
+                       drafter_gpu_layers=settings["drafter_gpu_layers"])
 
 
 def default_config_path() -> Path:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import store_backup
+from .chat_types import ChatOptions
 from .text_files import code_fence
 
 SCHEMA = """
@@ -102,7 +103,7 @@ class Conversation:
     id: int
     title: str
     updated: float
-    settings: dict = field(default_factory=dict)
+    options: ChatOptions = ChatOptions()  # the chat's own switches (stored as JSON in `settings`)
 
 
 FENCE_LINE = re.compile(r"^\s*(```|~~~)")
@@ -224,10 +225,10 @@ class Store:
         self.db.close()
 
     # conversations
-    def create_conversation(self, title: str = "New chat", settings: dict | None = None) -> int:
+    def create_conversation(self, title: str = "New chat", options: ChatOptions | None = None) -> int:
         now = time.time()
         cur = self.db.execute("INSERT INTO conversations(title, created, updated, settings) VALUES (?,?,?,?)",
-                              (title, now, now, json.dumps(settings or {})))
+                              (title, now, now, json.dumps((options or ChatOptions()).stored())))
         self.db.commit()
         return cur.lastrowid
 
@@ -240,19 +241,23 @@ class Store:
                 "WHERE c.title LIKE ? OR m.content LIKE ? ORDER BY c.updated DESC", (like, like)).fetchall()
         else:
             rows = self.db.execute("SELECT id, title, updated, settings FROM conversations ORDER BY updated DESC").fetchall()
-        return [Conversation(r[0], r[1], r[2], json.loads(r[3] or "{}")) for r in rows]
+        return [Conversation(r[0], r[1], r[2], ChatOptions.from_stored(json.loads(r[3] or "{}"))) for r in rows]
 
     def conversation(self, cid: int) -> Conversation | None:
         r = self.db.execute("SELECT id, title, updated, settings FROM conversations WHERE id=?", (cid,)).fetchone()
-        return Conversation(r[0], r[1], r[2], json.loads(r[3] or "{}")) if r else None
+        return Conversation(r[0], r[1], r[2], ChatOptions.from_stored(json.loads(r[3] or "{}"))) if r else None
 
     def rename(self, cid: int, title: str) -> None:
         self.db.execute("UPDATE conversations SET title=? WHERE id=?", (title, cid))
         self.db.commit()
 
-    def set_conversation_settings(self, cid: int, settings: dict) -> None:
-        self.db.execute("UPDATE conversations SET settings=? WHERE id=?", (json.dumps(settings), cid))
+    def update_chat_options(self, cid: int, **changes) -> ChatOptions:
+        """Change some of a chat's options (ChatOptions' fields), keeping the rest; the new options."""
+        c = self.conversation(cid)
+        options = (c.options if c else ChatOptions()).but(**changes)
+        self.db.execute("UPDATE conversations SET settings=? WHERE id=?", (json.dumps(options.stored()), cid))
         self.db.commit()
+        return options
 
     def delete_conversation(self, cid: int) -> None:
         self.db.execute("DELETE FROM conversations WHERE id=?", (cid,))
@@ -395,7 +400,7 @@ class Store:
     def export_json(self, cid: int, models: dict | None = None, app_settings: dict | None = None) -> str:
         c = self.conversation(cid)
         return json.dumps({
-            "title": c.title, "settings": c.settings, "models": models or {}, "generation": app_settings or {},
+            "title": c.title, "settings": c.options.stored(), "models": models or {}, "generation": app_settings or {},
             "messages": [_exported(m) for m in self.messages(cid)],
         }, indent=2, ensure_ascii=False)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -19,8 +20,6 @@ from engine import TandemError
 from engine.local.engine import Engine
 from engine.errors import ContextOverflowError
 from engine.generation import DEFAULT_PARALLEL, GenerationConfig
-from engine.local.runtime import LoadOptions
-from engine.sampling import SamplingParams
 from engine.strategies import AUTO_K_MAX
 from engine.gemma4.reply import ReplyAssembler
 from engine.gemma4.template_sandbox import RenderCancelled
@@ -98,8 +97,7 @@ class EngineWorker(QObject):
 
     def _load_local(self, req: LoadRequest) -> ModelInfo:
         # a sequence for the window's chat and one per request the app's server decodes together
-        opts = LoadOptions(n_ctx=req.n_ctx, n_threads=req.threads, target_gpu_layers=req.target_gpu_layers,
-                           drafter_gpu_layers=req.drafter_gpu_layers, n_seq=DEFAULT_PARALLEL + 1)
+        opts = replace(req.options, n_seq=DEFAULT_PARALLEL + 1)
 
         def progress(label, frac):
             self.load_progress.emit(label, frac)
@@ -174,34 +172,39 @@ class EngineWorker(QObject):
         # decodes this reply beside their requests, or queues it (Stop still works while queued)
         self._generate(req, e, stopped)
 
-    def _generate(self, req: ReplyRequest, e, stopped) -> None:
+    def _start(self, req: ReplyRequest, e, stopped, calls_done: list):
+        """The request's events from the engine, or None when it failed to start (said through `failed`)."""
         rid, s = req.rid, req.settings
         try:
             messages = self._with_media(req.messages)
-            sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                                repeat_penalty=s.repeat_penalty)
-            gc = GenerationConfig(max_tokens=s.max_tokens, spec=s.spec, draft_max=s.draft_max, sampling=sp,
+            gc = GenerationConfig(max_tokens=s.max_tokens, spec=s.spec, draft_max=s.draft_max, sampling=s.sampling,
                                   seed=s.seed, grammar=self._tool_grammar(s, e))
             if s.drop_oldest:
                 messages = e.drop_oldest_turns(messages, s.thinking, stopped)
             if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
-            calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
 
             def stop() -> bool:
                 return stopped() or bool(calls_done)
 
             tools = {"tools": list(s.tools)} if s.tools else {}  # the window offers tools for local models only
-            events = e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
-                            answer_prefix=s.answer_prefix, **tools)
+            return e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
+                          answer_prefix=s.answer_prefix, **tools)
         except RenderCancelled:
             self.failed.emit(rid, "cancelled", "")
-            return
+            return None
         except ContextOverflowError as err:
             self.failed.emit(rid, "overflow", str(err))
-            return
+            return None
         except (TandemError, ValueError) as err:
             self.failed.emit(rid, "error", str(err))
+            return None
+
+    def _generate(self, req: ReplyRequest, e, stopped) -> None:
+        rid, s = req.rid, req.settings
+        calls_done = []  # a call was written and Gemma went on to the tool's answer: stop there
+        events = self._start(req, e, stopped, calls_done)
+        if events is None:
             return
         usual_tps = self._usual_tps()  # before this run's own steps enter the median
         # the engine's reply assembler reads calls, thinking and each piece's source, as the server does

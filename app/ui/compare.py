@@ -10,12 +10,12 @@ from __future__ import annotations
 import html
 import statistics
 import time
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.session.compare_run import CompareRun  # noqa: F401 (the page shows one; older imports find it here)
 from .render import for_display
 from .safe_text import SafeBrowser
 
@@ -45,59 +45,6 @@ def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1)
         text += (f" <span style='color:#c77c02'>The baseline ran at {bt:.1f} tok/s where this machine usually "
                  f"does {usual_tps:.1f}: it was busy, so run the comparison again.</span>")
     return text
-
-
-SHORT_RUN_S = 3.0  # runs shorter than this are repeated (a median of 3 each): timer noise and a
-# busy moment weigh too much in one short run
-REPEATS = 2
-
-
-@dataclass
-class CompareRun:
-    """One comparison: its prompt, the runs still to do, and each kind's results."""
-
-    prompt: str
-    messages: list[dict]
-    greedy: bool
-    draft_max: int | str
-    queue: list = field(default_factory=lambda: [("baseline", False), ("mtp", True)])  # (which, drafting)
-    runs: dict = field(default_factory=lambda: {"baseline": [], "mtp": []})  # which -> [ReplyResult]
-    repeats: int = 0  # runs of each kind added because the first ones were short
-    concluded: bool = False
-
-    def next_run(self) -> tuple[str, bool, bool] | None:
-        """(which, drafting, first of its kind) for the next run, or None when all are done."""
-        if not self.queue:
-            return None
-        which, drafting = self.queue.pop(0)
-        return which, drafting, not self.runs[which]
-
-    def stop(self) -> None:
-        self.queue.clear()
-
-    def record(self, which: str, result) -> None:
-        """A run finished: repeat short runs once, conclude when nothing is left."""
-        self.runs[which].append(result)
-        b, m = self.runs["baseline"], self.runs["mtp"]
-        if (not self.queue and len(m) == 1 and b
-                and max(r.stats.get("decode_s") or 0.0 for r in b + m) < SHORT_RUN_S):
-            self.queue = [("baseline", False), ("mtp", True)] * REPEATS
-            self.repeats = REPEATS
-        self.concluded = not self.queue
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.runs["baseline"] and self.runs["mtp"])
-
-    def median_tps(self, which: str) -> float:
-        return statistics.median(r.stats.get("decode_tps") or 0.0 for r in self.runs[which])
-
-    @property
-    def ratio(self) -> float | None:
-        if not self.complete:
-            return None
-        bt, mt = self.median_tps("baseline"), self.median_tps("mtp")
-        return mt / bt if bt and mt else None
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -195,9 +142,7 @@ class ComparePage(QWidget):
 
     def interrupted(self, message: str = "") -> None:
         """Stopped or failed: with both kinds of run done the verdict uses what there is."""
-        run = self.run
-        run.stop()
-        run.concluded = True
+        run = self.run  # (the session has interrupted it)
         if run.complete:
             self._conclude()
             return

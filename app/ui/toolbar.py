@@ -59,16 +59,16 @@ class ChatToolbar(QWidget):
         self.picker.setEnabled(not busy)
 
     def chat_options(self) -> tuple[bool, int | str, bool]:
-        """(use_mtp, draft_max, thinking) as the switches show them; draft_max AUTO or 1..MAX_DRAFT."""
+        """(drafting, draft_max, thinking) as the switches show them; draft_max AUTO or 1..MAX_DRAFT."""
         k = self.draft_spin.value()
         return self.mtp_switch.isChecked(), AUTO if k == 0 else k, self.think_switch.isChecked()
 
-    def set_chat_options(self, use_mtp: bool, draft_max: int | str, thinking: bool) -> None:
+    def set_chat_options(self, drafting: bool, draft_max: int | str, thinking: bool) -> None:
         """Show a chat's options without reporting them back as changes."""
         switches = (self.mtp_switch, self.draft_spin, self.think_switch)
         for w in switches:
             w.blockSignals(True)
-        self.mtp_switch.setChecked(use_mtp)
+        self.mtp_switch.setChecked(drafting)
         self.draft_spin.setValue(0 if draft_max == AUTO else draft_max)
         self.think_switch.setChecked(thinking)
         for w in switches:

@@ -61,7 +61,7 @@ def test_mtp_toggle_takes_effect_on_next_reply(qtbot, win):
     qtbot.waitUntil(lambda: not win.session.busy, timeout=TIMEOUT)
     assert win.chat_view.widgets()[-1].stats["draft_max"] == 5
     # per-chat settings are stored with the conversation
-    assert win.store.conversation(win.session.conversation_id).settings["draft_max"] == 5
+    assert win.store.conversation(win.session.conversation_id).options.draft_max == 5
 
 
 def test_without_a_drafter_the_switch_drafts_by_lookup(qtbot, tmp_path, tiny):
@@ -247,11 +247,11 @@ def test_markdown_code_blocks_copy_and_thinking(qtbot):
     assert "font-weight" in html  # bold and highlighted keywords
     assert "<img" not in html.lower()  # raw HTML from the model is not rendered
     assert "&lt;img" in html or "img src" in w.body.toPlainText()
-    assert w._code_blocks == ["def add(a, b):\n    return a + b  # " + "x" * 200]
+    assert w.code_blocks == ["def add(a, b):\n    return a + b  # " + "x" * 200]
     copied = []
     w.copy_requested.connect(copied.append)
-    w._anchor(QUrl("copy:0"))
-    assert copied == [w._code_blocks[0]]
+    w.follow_link(QUrl("copy:0"))
+    assert copied == [w.code_blocks[0]]
     # the thinking part is there, collapsed until asked for
     assert w.think_toggle.isVisibleTo(w) and not w.think_view.isVisibleTo(w)
     w.think_toggle.click()
@@ -305,7 +305,7 @@ def test_damaged_chat_database_is_recovered_and_the_user_told(qtbot, tmp_path, t
 def test_damaged_pages_keep_readable_rows_without_a_backup(tmp_path):
     db = tmp_path / "chats.sqlite3"
     s = Store(db)
-    for b in s._backups():
+    for b in s.backups():
         b.unlink()  # no backup to fall back on
     cid = s.create_conversation("Big chat")
     for i in range(400):
@@ -479,10 +479,11 @@ def test_chat_titles_come_from_the_first_line_of_prose(text, title):
 def test_exports_close_fences_and_carry_models(tmp_path):
     import json
 
+    from app.core.chat_types import ChatOptions
     from app.core.store import file_name
 
     s = Store(tmp_path / "c.sqlite3")
-    cid = s.create_conversation("```python", {"use_mtp": True, "draft_max": 0})
+    cid = s.create_conversation("```python", ChatOptions(draft_max=3))
     s.add_message(cid, "user", "write code")
     s.add_message(cid, "assistant", "Here:\n```python\nprint(1)\n")  # cut off inside the block
     md = s.export_markdown(cid)
@@ -490,7 +491,7 @@ def test_exports_close_fences_and_carry_models(tmp_path):
     data = json.loads(s.export_json(cid, models={"target": "t.gguf", "drafter": "d.gguf"},
                                     app_settings={"temperature": 0.0}))
     assert data["models"]["target"] == "t.gguf" and data["generation"]["temperature"] == 0.0
-    assert data["settings"]["draft_max"] == 0
+    assert data["settings"]["draft_max"] == 3 and data["settings"]["use_mtp"] is True
     assert file_name('a/b:c*?"<>|') == "a b c" and file_name("```python") == "```python"
     assert file_name("...") == "chat"
     s.close()

@@ -94,7 +94,7 @@ def test_a_call_waits_for_the_user_and_the_model_answers_after_it(qtbot, win, tm
     card = _ask(qtbot, win, "today")
     card.buttons["always"].click()
     _done(qtbot, win)
-    assert win.session.chat_settings()["allowed_tools"] == ["today"]
+    assert win.session.chat_options().allowed_tools == ("today",)
     asked = []
     win.session.tool_asked.connect(lambda: asked.append(True))
     [a for a in win.composer.tools_menu.actions() if "call today" in a.text()][0].trigger()
@@ -121,7 +121,7 @@ def test_a_call_waits_for_the_user_and_the_model_answers_after_it(qtbot, win, tm
     cards = [c for w in w2.chat_view.widgets() for c in w.tool_cards.values()]
     assert [c.state for c in cards] == ["ok", "denied", "ok", "ok"] and "denied" in cards[1].status.text()
     # the chat's Tools switch and its "always allowed" tool survive the restart
-    assert w2.session.tools_on() and w2.session.chat_settings()["allowed_tools"] == ["today"]
+    assert w2.session.tools_on() and w2.session.chat_options().allowed_tools == ("today",)
     assert w2.settings["mcp_servers"][0]["enabled"] is True
     w2.tool_runner.close()
     w2.close()

@@ -176,7 +176,7 @@ def test_draft_length_bounds_agree_everywhere(qtbot, tmp_path, tiny):
         assert win.session.reply_settings().draft_max == MAX_DRAFT
         win.draft_spin.setValue(0)
         assert win.session.reply_settings().draft_max == AUTO
-        assert win.store.conversation(win.session.conversation_id).settings["draft_max"] == AUTO
+        assert win.store.conversation(win.session.conversation_id).options.draft_max == AUTO
         e = win.session.worker.engine
         for k, ok in ((MAX_DRAFT, True), (MAX_DRAFT + 1, False), (AUTO, True), (0, False)):
             req = Sampling(max_tokens=8, tandem=TandemOptions(draft_max=k))

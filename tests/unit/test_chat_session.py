@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QObject, Signal
 
-from app.ui.chat_session import ChatSession
+from app.session.chat_session import ChatSession
 from app.core.chat_types import ModelInfo, ReplyResult
 from app.ui.chat_view import ChatView
-from app.ui.compare import ComparePage
 from app.core.settings import Settings
 from app.core.store import Store
 from engine.generation import AUTO
@@ -75,10 +74,11 @@ INFO = ModelInfo(target="/m/t.gguf", drafter="/m/d.gguf", target_name="t.gguf", 
 @pytest.fixture
 def session(qtbot, tmp_path):
     worker = FakeWorker()
-    view, page = ChatView(), ComparePage()
+    view = ChatView()
     qtbot.addWidget(view)
-    qtbot.addWidget(page)
-    s = ChatSession(Settings(tmp_path / "s.json"), Store(tmp_path / "c.sqlite3"), view, page, worker)
+    s = ChatSession(Settings(tmp_path / "s.json"), Store(tmp_path / "c.sqlite3"), worker)
+    view.observe(s.model)  # the window's wiring: the view shows the session's chat model
+    s.view = view
     s.load_local("/m/t.gguf", "/m/d.gguf")
     worker.loaded.emit(INFO)
     s.new_conversation()
@@ -117,7 +117,7 @@ def test_a_continued_reply_is_glued_to_what_was_there(session):
     session.send("Count", [])
     w.reply("one, two,", finish="length")
     reply = session.view.widgets()[-1]
-    session.continue_reply(reply)
+    session.continue_reply(reply.message_id)
     assert w.requests[-1].settings.answer_prefix == "one, two,"
     assert w.requests[-1].messages[-1] == {"role": "user", "content": "Count"}  # up to the question
     w.reply(" three")
@@ -195,7 +195,7 @@ def test_the_chat_options_and_app_settings_make_the_request(session):
     s.settings.update(temperature=0.5, max_tokens=33)
     s.set_chat_options(False, 4, True)
     r = s.reply_settings()
-    assert (r.spec, r.draft_max, r.thinking, r.temperature, r.max_tokens) == ("none", 4, True, 0.5, 33)
+    assert (r.spec, r.draft_max, r.thinking, r.sampling.temperature, r.max_tokens) == ("none", 4, True, 0.5, 33)
     s.set_chat_options(True, AUTO, False)
     assert s.reply_settings().spec == AUTO and s.reply_settings().draft_max == AUTO
     with pytest.raises(ValueError):
