@@ -162,11 +162,7 @@ def test_keys_and_addresses(tiny):
         assert page.status_code == 200 and page.headers["access-control-allow-origin"] == "http://example.com"
         assert client(s, "sekret").chat.completions.create(model="x", messages=MSGS, max_tokens=4).choices
         assert httpx.get(f"http://127.0.0.1:{s.port}/health").status_code == 200  # health needs no key
-        # a model without a drafter: asking for MTP by name is a 400 saying so, not a silent baseline
-        r = httpx.post(f"{s.url}/chat/completions", timeout=30, headers={"Authorization": "Bearer sekret"},
-                       json={"messages": MSGS, "max_tokens": 2, "tandem": {"spec": "mtp"}})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec", r.text
-        assert "drafter" in r.json()["error"]["message"]
+        # a model without a drafter drafts by lookup (asked for MTP by name, a 400: test_serve_refusals)
         r = httpx.post(f"{s.url}/chat/completions", timeout=30, headers={"Authorization": "Bearer sekret"},
                        json={"messages": MSGS, "max_tokens": 2, "tandem": {"spec": "lookup"}})
         assert r.status_code == 200 and r.json()["timings"]["predicted_n"] >= 1
@@ -292,34 +288,7 @@ def test_response_format_json_schema_and_json_object(server):
     assert r.choices[0].message.content.lstrip().startswith("{")
 
 
-@pytest.mark.parametrize("extra, field", [
-    ({"n": 10**9}, "n"), ({"n": 0}, "n"), ({"best_of": 3}, "best_of"), ({"logprobs": 3}, "logprobs"),
-    ({"top_logprobs": 5, "logprobs": False}, "top_logprobs"), ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
-    ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": -3}, "frequency_penalty"),
-    ({"logit_bias": {"999999": 5}}, "logit_bias"), ({"logit_bias": {"hello": 5}}, "logit_bias"),
-    ({"logit_bias": {"12": 500}}, "logit_bias"),
-    # the tiny pair's own template renders no tools (the Gemma 4 template's tests are in test_tools.py)
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-    ({"tools": [{"type": "function", "function": {"name": "no spaces allowed"}}]}, "tools"),
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"functions": [{"name": "f"}]}, "functions"), ({"function_call": {"name": "f"}}, "function_call"),
-    ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": list(range(5000))}}}},
-     "response_format"),
-    ({"response_format": {"type": "yaml"}}, "response_format"),
-])
-def test_fields_that_would_change_the_answer_are_refused_by_name(server, extra, field):
-    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
-        "model": "tiny-target", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], **extra})
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["param"] == field and field.split("[")[0] in err["message"] and err["type"] == "invalid_request_error"
-
-
-def test_completions_echo_the_prompt_but_refuse_prompt_logprobs(server):
-    r = httpx.post(f"{server.url}/completions", timeout=30, json={"model": "tiny-target", "prompt": "x",
-                                                                  "max_tokens": 2, "echo": True, "logprobs": 1})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
+def test_completions_echo_the_prompt(server):
     plain = client(server).completions.create(model="tiny-target", prompt="Hello world", max_tokens=3)
     echoed = client(server).completions.create(model="tiny-target", prompt="Hello world", max_tokens=3, echo=True)
     assert echoed.choices[0].text == "Hello world" + plain.choices[0].text
@@ -367,17 +336,6 @@ def test_draft_sources_per_request_and_lookup_counts_in_timings(server):
     assert len({text for text, _ in out.values()}) == 1
     assert "draft_n" not in out["none"][1] and "draft_n_lookup" not in out["mtp"][1]
     assert out["lookup"][1].get("draft_n_lookup", 0) == out["lookup"][1].get("draft_n", 0)
-    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
-        "messages": msgs, "max_tokens": 2, "tandem": {"spec": "telepathy"}})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec"
-    # Tandem's own options are few: a misspelt one is refused by name, not ignored
-    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
-        "messages": msgs, "max_tokens": 2, "tandem": {"specs": "lookup"}})
-    assert r.status_code == 400 and "tandem.specs" in r.json()["error"]["message"], r.text
-    assert "draft_max" in r.json()["error"]["message"]  # it says which options there are
-    r = httpx.post(f"{server.url}/chat/completions", timeout=30, json={
-        "messages": msgs, "max_tokens": 2, "tandem": {"spec": "lookup", "mtp": False}})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "tandem.spec", r.text  # as the CLI refuses it
 
 
 def test_web_pages_are_refused_without_cors(server):
@@ -448,13 +406,3 @@ def test_n_choices_wait_for_the_one_sequence_in_turn(server):
             if ch.finish_reason:
                 ends[ch.index] = ch.finish_reason
     assert sorted(ends) == [0, 1]
-
-
-def test_stop_strings_are_few_and_short(server):
-    for stop in ([f"s{i}" for i in range(17)], ["x" * 257]):
-        r = httpx.post(server.url + "/chat/completions", timeout=30,
-                       json={"messages": MSGS, "max_tokens": 2, "stop": stop})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
-    ok = httpx.post(server.url + "/chat/completions", timeout=30,
-                    json={"messages": MSGS, "max_tokens": 2, "stop": [f"s{i}" for i in range(16)]})
-    assert ok.status_code == 200
