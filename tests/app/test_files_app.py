@@ -15,6 +15,7 @@ from app.core.store import Store
 from app.ui.window import MainWindow
 from engine.models.library import Library
 
+from ..support.widgets import tree_items
 from ..support.window import TIMEOUT, make_window, send
 
 CODE = '''def area(w, h):
@@ -193,10 +194,10 @@ def test_a_folder_honours_gitignore_and_the_ticked_files_are_sent(qtbot, tmp_pat
     def drive():
         dlg = QApplication.activeModalWidget()
         assert isinstance(dlg, FolderDialog)
-        files = {dlg._items[i].data(0, Qt.UserRole): dlg._items[i] for i in range(len(dlg._items))}
+        files = {path: item for path, item in tree_items(dlg.tree).items() if not path.endswith("/")}
         ticked["listed"] = sorted(files)
         ticked["skipped"] = dlg.skipped_label.text()
-        qtbot.waitUntil(lambda: dlg._tokens is not None, timeout=TIMEOUT)
+        qtbot.waitUntil(lambda: files["src/cart.py"].text(2) != "…", timeout=TIMEOUT)  # its tokens counted
         files["src/cart.py"].setCheckState(0, Qt.Checked)
         ticked["total"] = dlg.total_label.text()
         dlg.attach_btn.click()

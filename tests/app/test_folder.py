@@ -12,6 +12,8 @@ from app.core import folder_scan
 from app.core.folder_scan import BINARY, DEPENDENCY, IGNORED, OUTSIDE, TOO_LARGE, ReadError, scan
 from app.core.text_files import MAX_TEXT_BYTES
 
+from ..support.widgets import tree_items
+
 LISTED = [".gitignore", "README.md", "alias.py", "env/notes.txt", "keep.log", "main.py", "src/.gitignore",
           "src/app.py", "src/important.log", "sub/generated.py", "sub/secret", "utf16.txt"]
 SKIPPED = {
@@ -117,21 +119,6 @@ class Later:
         words(texts, done)
 
 
-def items(tree):
-    """{path in the tree: item} over the whole tree."""
-    out = {}
-
-    def walk(item, prefix):
-        for i in range(item.childCount()):
-            child = item.child(i)
-            path = prefix + child.text(0)
-            out[path + ("/" if child.childCount() else "")] = child
-            walk(child, path + "/")
-
-    walk(tree.invisibleRootItem(), "")
-    return out
-
-
 def dialog(qtbot, root, count, free, **kw):
     from app.ui.dialogs.folder_dialog import FolderDialog
 
@@ -143,7 +130,7 @@ def dialog(qtbot, root, count, free, **kw):
 def tick(d, *rels):
     from PySide6.QtCore import Qt
 
-    by_path = items(d.tree)
+    by_path = tree_items(d.tree)
     for rel in rels:
         by_path[rel].setCheckState(0, Qt.Checked)
 
@@ -153,7 +140,7 @@ def test_dialog_shows_the_tree_and_what_was_skipped(qtbot, project):
 
     d = dialog(qtbot, project, words, 1000)
     assert d.windowTitle() == "Attach folder — proj"
-    tree = items(d.tree)
+    tree = tree_items(d.tree)
     assert sorted(p for p in tree if not p.endswith("/")) == sorted(LISTED)
     assert {"src/", "env/", "sub/"} <= set(tree)
     assert [d.tree.headerItem().text(c) for c in range(3)] == ["Name", "Size", "Tokens"]
@@ -172,7 +159,7 @@ def test_ticking_counts_against_the_free_context(qtbot, project):
     later = Later()
     d = dialog(qtbot, project, later, 100)
     assert len(later.calls) == 1 and len(later.calls[0][0]) == len(LISTED)  # every text, once
-    assert items(d.tree)["main.py"].text(2) == "…"
+    assert tree_items(d.tree)["main.py"].text(2) == "…"
     tick(d, "main.py", "README.md", "src/app.py")
     assert "counting tokens" in d.total_label.text() and not d.attach_btn.isEnabled()
     later.answer()
@@ -205,7 +192,7 @@ def test_ticking_a_folder_ticks_its_files_and_estimates_say_so(qtbot, project):
     assert sorted(n for n, _, _ in d.selected()) == ["proj/src/.gitignore", "proj/src/app.py",
                                                     "proj/src/important.log"]
     assert d.total_label.text() == "Ticked 3 files: ≈10 tokens · 1,000 free in the context"
-    assert items(d.tree)["main.py"].text(2) == "≈2"
+    assert tree_items(d.tree)["main.py"].text(2) == "≈2"
 
 
 def test_a_truncated_listing_says_so(qtbot, project, monkeypatch):
@@ -214,4 +201,4 @@ def test_a_truncated_listing_says_so(qtbot, project, monkeypatch):
     monkeypatch.setattr(folder_dialog.folder_scan, "scan", lambda root: scan(root, max_files=2))
     d = dialog(qtbot, project, words, 1000)
     assert "too big to list whole" in d.skipped_label.text()
-    assert len([p for p in items(d.tree) if not p.endswith("/")]) == 2
+    assert len([p for p in tree_items(d.tree) if not p.endswith("/")]) == 2

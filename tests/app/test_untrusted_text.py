@@ -67,7 +67,7 @@ def test_copy_links_with_bad_data_do_nothing(qtbot):
     copied = []
     w.copy_requested.connect(copied.append)
     for url in ("copy:abc", "copy:99", "copy:", "file:///etc/passwd", "copy:0"):
-        w._anchor(QUrl(url))  # what a click on each link does
+        w.follow_link(QUrl(url))  # what a click on each link does
     assert copied == ["print(1)"]
 
 

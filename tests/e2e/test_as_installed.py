@@ -322,7 +322,7 @@ def test_the_offline_download_message_does_not_cover_the_progress(qtbot, tiny, t
     qtbot.addWidget(dlg)
     dlg.show()
     qtbot.waitExposed(dlg)
-    dlg._on_failed("offline: the Hub cannot be reached (" + "x" * 300 + ")", "offline")
+    dlg.worker.failed.emit("offline: the Hub cannot be reached (" + "x" * 300 + ")", "offline")  # as a download says it
     QApplication.processEvents()
     qtbot.waitUntil(lambda: dlg.status.height() >= dlg.status.heightForWidth(dlg.status.width()), timeout=5000)
     shown = [w for w in (*dlg.labels.values(), *dlg.bars.values(), dlg.status, dlg.local_btn) if w.isVisible()]

@@ -83,7 +83,7 @@ def test_the_walk_is_ordinary_text_and_mtp_equals_the_baseline(engine):
         # the successor head still makes the reply predictable: a walk over ordinary text tokens
         follows = sum(succ[a] == b for a, b in zip([prompt[-1]] + base.tokens, base.tokens))
         assert follows >= 29, f"only {follows} of 32 tokens follow the walk"
-        assert not any(engine._control_text(t) for t in base.tokens)
+        assert not any(engine.control_text(t) for t in base.tokens)
         assert base.answer.strip()
         engine.reset()
         mtp = engine.run(prompt, GenerationConfig(max_tokens=32, spec="mtp", draft_max=k))
@@ -104,7 +104,7 @@ def test_gemma_4_s_markers_are_single_tokens(engine):
     # the ends of a turn are control tokens: text from outside cannot make them
     for text in ("<|turn>", "<turn|>", "<|think|>", "<|tool>"):
         assert len(engine.tokenize(text, add_special=False, parse_special=False)) > 1
-        assert engine._control_text(MARKERS[text]) == text
+        assert engine.control_text(MARKERS[text]) == text
 
 
 def test_a_chat_with_tools_renders_through_the_real_template(engine):

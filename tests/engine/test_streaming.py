@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from engine.local.engine import GenerationConfig
 from engine.gemma4.text import TextAssembler
@@ -34,13 +33,13 @@ def test_text_is_utf8_safe_across_byte_tokens(engine07):
     text = "héllo ✓ 漢字 🙂"
     toks = engine07.tokenize(text, add_special=False, parse_special=False)
     assert len(toks) > len(text)  # multi-byte characters are spread over byte tokens
-    asm = TextAssembler(engine07._piece, engine07._control_text)
+    asm = TextAssembler(engine07.piece, engine07.control_text)
     pieces = [asm.feed(t) for t in toks]
     out = "".join(p.text for p in pieces) + asm.flush()[0]
     assert out.lstrip(" ") == text  # SPM adds a leading space
     assert any(p.text == "" for p in pieces)  # mid-character tokens add nothing yet
     # an unfinished character at the very end becomes U+FFFD instead of raising
-    asm = TextAssembler(engine07._piece, engine07._control_text)
+    asm = TextAssembler(engine07.piece, engine07.control_text)
     partial = "".join(asm.feed(t).text for t in engine07.tokenize("✓", False, False)[:-1])
     assert (partial + asm.flush()[0]).lstrip(" ") == "\ufffd"
 
@@ -56,8 +55,9 @@ def test_cancel_from_another_thread_stops_within_a_step_and_engine_stays_usable(
         for ev in gen:
             seen.append(ev)
             if len(seen) == 5:
-                threading.Thread(target=lambda: (engine07.cancel(), cancelled_at.append(len(seen)))).start()
-                time.sleep(0.05)
+                other = threading.Thread(target=lambda: (engine07.cancel(), cancelled_at.append(len(seen))))
+                other.start()
+                other.join(10)  # cancelled before the next event is read
 
     t = threading.Thread(target=consume)
     t.start()

@@ -21,7 +21,7 @@ def test_tool_text_from_outside_never_becomes_a_control_token(gemma4_tools):
             {"role": "tool", "tool_call_id": "c1", "content": hostile}]
         tokens = e.format_chat(msgs, tools=check_tools(TOOLS))
         text = b"".join(e.token_bytes(t) for t in tokens).decode()
-        marker = {t: e.token_bytes(t).decode() for t in set(tokens) if e._control_text(t)}
+        marker = {t: e.token_bytes(t).decode() for t in set(tokens) if e.control_text(t)}
         calls = [t for t in tokens if marker.get(t) == "<|tool_call>"]
         assert len(calls) == 1  # the template's own rendering of the one earlier call
         assert "<|tool_response>" in text and "response:get_weather{value:" in text  # the result, back in

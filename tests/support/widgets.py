@@ -1,4 +1,4 @@
-"""Clicks on the laid-out links of a reply's text, as the user makes them."""
+"""What a user sees and clicks in widgets: the laid-out links of a reply's text, a tree's items."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def click_link(qtbot, w, href):
             it += 1
         block = block.next()
     raise AssertionError(f"no link {href}")
+
+
+def tree_items(tree):
+    """{path in the tree: item} over the whole tree, as shown (a folder's path ends in "/")."""
+    out = {}
+
+    def walk(item, prefix):
+        for i in range(item.childCount()):
+            child = item.child(i)
+            path = prefix + child.text(0)
+            out[path + ("/" if child.childCount() else "")] = child
+            walk(child, path + "/")
+
+    walk(tree.invisibleRootItem(), "")
+    return out
