@@ -4,28 +4,29 @@ worker and engine are exercised by test_app.py and the tests next to it."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QMetaMethod, QObject, Signal
 
 from app.session.chat_session import ChatSession
 from app.core.chat_types import ModelInfo, ReplyResult
 from app.ui.chat_view import ChatView
 from app.core.settings import Settings
 from app.core.store import Store
+from app.session.worker import EngineWorker
 from engine.generation import AUTO
 
+# The stand-in's signals are the real worker's own Signal objects, taken at import: a signal the
+# worker gains or changes is the stand-in's too (test_the_stand_in_is_the_real_workers_shape checks the rest).
+WorkerSignals = type("WorkerSignals", (QObject,), {
+    name: sig for name in dir(EngineWorker)
+    if isinstance(sig := getattr(EngineWorker, name), Signal) and not hasattr(QObject, name)})
+TEST_SIDE = {"reply", "fail"}  # the stand-in's own methods: the engine's answers, as the test gives them
 
-class FakeWorker(QObject):
-    """The EngineWorker's signals and slots; requests are kept for the test to answer."""
 
-    loaded = Signal(object)
-    load_failed = Signal(str, bool)
-    load_progress = Signal(str, float)
-    stream = Signal(int, list, dict)
-    finished = Signal(int, object)
-    failed = Signal(int, str, str)
-    counted = Signal(int, int, int)
-    texts_counted = Signal(int, list, bool)
+class FakeWorker(WorkerSignals):
+    """The EngineWorker's signals and its public methods; requests are kept for the test to answer."""
 
     def __init__(self):
         super().__init__()
@@ -65,6 +66,29 @@ class FakeWorker(QObject):
         if partial:
             self.stream.emit(req.rid, [[partial, "answer", False]], {})
         self.failed.emit(req.rid, kind, msg)
+
+
+def _signals(cls) -> set[str]:
+    """The signals `cls` adds to QObject's, as Qt sees them: name and argument types."""
+    meta = cls.staticMetaObject
+    return {bytes(meta.method(i).methodSignature()).decode()
+            for i in range(QObject.staticMetaObject.methodCount(), meta.methodCount())
+            if meta.method(i).methodType() == QMetaMethod.Signal}
+
+
+def _public_methods(cls) -> dict[str, list[str]]:
+    """{name: parameter names} of the public methods `cls` itself defines."""
+    return {name: list(inspect.signature(f).parameters) for name, f in vars(cls).items()
+            if inspect.isfunction(f) and not name.startswith("_")}
+
+
+def test_the_stand_in_is_the_real_workers_shape():
+    """The rules below hold for the real worker only while the stand-in is its shape: the same
+    signals (names and argument types) and the same public methods with the same parameters. A
+    worker that gains, drops or changes one fails here, not quietly in the rules' tests."""
+    assert _signals(FakeWorker) == _signals(EngineWorker) and len(_signals(EngineWorker)) >= 8
+    fake = {n: p for n, p in _public_methods(FakeWorker).items() if n not in TEST_SIDE}
+    assert fake == _public_methods(EngineWorker)
 
 
 INFO = ModelInfo(target="/m/t.gguf", drafter="/m/d.gguf", target_name="t.gguf", drafter_name="d.gguf",
