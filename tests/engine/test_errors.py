@@ -173,10 +173,17 @@ def test_cli_bad_arguments_one_line_exit_2(args, tiny, bad, tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_copy_of_good_file_still_loads(tiny, tmp_path):
-    # guard against the checks above being too eager
+def test_copies_of_the_good_pair_load_and_draft(tiny, tmp_path):
+    """A guard against the checks above being too eager: the good pair, copied under other
+    names, loads as a pair and generates with its drafter drafting."""
     shutil.copy(tiny["target"], tmp_path / "t.gguf")
-    Engine.load(tmp_path / "t.gguf").close()
+    shutil.copy(tiny[1.0], tmp_path / "d.gguf")
+    e = Engine.load(tmp_path / "t.gguf", tmp_path / "d.gguf")
+    try:
+        s = e.run(e.tokenize("ok"), GenerationConfig(max_tokens=8, spec="mtp", draft_max=3)).stats
+        assert (s.generated_tokens, s.mode) == (8, "mtp") and s.draft_tokens > 0
+    finally:
+        e.close()
 
 
 def test_small_context_uses_the_batch_llama_cpp_chose(tiny):
