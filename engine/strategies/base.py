@@ -154,6 +154,9 @@ class DecodeStrategy:
 
     name = "?"
     needs_drafter = False
+    # auto's MTP DraftController (made by `prepare`), None without one: the scheduler gives the
+    # sequences that have one a joint draft length (draft_control.joint_draft_length)
+    controller = None
 
     def prepare(self, st: DecodeState) -> None:
         """Called once before the first step (e.g. to make its draft controllers)."""

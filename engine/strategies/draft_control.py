@@ -298,6 +298,38 @@ class DraftController:
         return explain(self.costs, self.acceptance(), self.k_max)
 
 
+def joint_draft_length(controllers: list, costs: CostModel, room: int, others: int = 0,
+                       others_tokens: float = 0) -> int | None:
+    """One MTP draft length for several sequences drafting with auto in the same batch: the k
+    whose whole batch gives the most expected tokens per second, from each controller's own
+    acceptance and the measured cost of the batch (a CPU's kernels cost per row very unevenly
+    with the batch size, so each choosing alone against the others' rows drifts to sizes that
+    pay for nobody). `controllers`: the drafting sequences' (anything with `acceptance()` and
+    `expected_tokens(k, acceptance)`); `room`: the most rows the batch may hold; `others`,
+    `others_tokens`: the rows the batch's other sequences add and the tokens they should give.
+    None: each sequence chooses alone (fewer than two, costs not measured yet, or where the
+    best is not to draft: each controller then probes now and then)."""
+    if len(controllers) < 2 or not costs.ready():
+        return None
+    acc = [c.acceptance() for c in controllers]
+    best, best_rate = 0, 0.0
+    for k in range(0, AUTO_K_MAX + 1):
+        rows = others + len(controllers) * (k + 1)
+        if rows > room:
+            break
+        tokens = others_tokens + sum(c.expected_tokens(k, a) for c, a in zip(controllers, acc))
+        rate = tokens / (costs.guess(rows) + k * len(controllers) * (costs.draft or 0.0))
+        if rate > best_rate:
+            best, best_rate = k, rate
+        if not costs.measured(rows):
+            # try one new size at a time, the next longer draft (a batch of 8 sequences
+            # drafting 8 each is 72 rows, which a CPU takes seconds over)
+            if k == 0:
+                return 0  # not even the plain batch is measured: a plain step measures it
+            break
+    return best or None
+
+
 def explain(costs: CostModel, acceptance: list[float], k_max: int, mean_k: float | None = None) -> str:
     """Why auto drafts what it drafts: the costs measured here and the acceptance seen."""
     if not costs.ready():

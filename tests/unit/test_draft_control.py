@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.strategies.draft_control import PROBE_FIRST, PROBE_MAX, CostModel, DraftController
+from engine.strategies.draft_control import PROBE_FIRST, PROBE_MAX, CostModel, DraftController, joint_draft_length
 
 MS = 1e-3
 CPU = {"decode": 68 * MS, "row": 0.6 * 68 * MS, "draft": 5.3 * MS}  # the 2-core VM, E2B-shaped
@@ -224,19 +224,13 @@ def _costs(batch_ms, draft_ms):
 
 
 def _joint_k(costs, n_seqs, acceptance=0.9):
-    """The scheduler's one MTP draft length for n sequences drafting with auto."""
-    from types import SimpleNamespace
-
-    from engine.local.scheduler import Scheduler
-
-    sched = Scheduler(None, None, 0, None, costs, None)
-    seqs = []
+    """The one MTP draft length for n sequences drafting with auto."""
+    ctls = []
     for _ in range(n_seqs):
         ctl = DraftController(costs)
         ctl.accepted, ctl.seen = [acceptance * 100] * ctl.k_max, [100.0] * ctl.k_max
-        seqs.append(SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(controller=ctl)),
-                                    last_rows=1, last_tokens=1))
-    return sched._joint_mtp_k(seqs, 512)
+        ctls.append(ctl)
+    return joint_draft_length(ctls, costs, 512)
 
 
 def test_sequences_drafting_together_share_one_length_from_the_whole_batchs_cost():
