@@ -151,18 +151,7 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
             engine.reset()
             r = engine.run(t, GenerationConfig(max_tokens=max_tokens, spec=spec, draft_max=k, grammar=grammar))
             agg.runs.append(r.stats)
-            ref = base_out[i].tokens
-            if r.tokens == ref:
-                agg.identical += 1
-            else:
-                j = next((n for n, (a, b) in enumerate(zip(r.tokens, ref)) if a != b), min(len(r.tokens), len(ref)))
-                margin = engine.next_token_margin(t, ref[:j]) if j < len(ref) else 0.0
-                # a near-tie: closer than the fixed gap, or than llama.cpp's batched kernels
-                # move these logits here (measured at this position: not a decoding error)
-                if margin < NEAR_TIE_GAP or margin < 2 * engine.batch_noise_at(t, ref[:j]):
-                    agg.near_ties += 1
-                else:
-                    agg.mismatches += 1
+            _compare(engine, agg, t, r.tokens, base_out[i].tokens)
             if progress:
                 progress(f"{agg.mode} k={k} {i + 1}/{len(toks)}")
         d = agg.stats()
@@ -182,6 +171,21 @@ def run_bench(engine: Engine, prompts: list[dict], draft_maxes: list, max_tokens
         result["mtp"].append(d)
     engine.reset()
     return result
+
+
+def _compare(engine: Engine, agg: Aggregate, prompt: list[int], got: list[int], ref: list[int]) -> None:
+    """Count a drafting run against baseline's: identical, a near-tie, or a mismatch."""
+    if got == ref:
+        agg.identical += 1
+        return
+    j = next((n for n, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
+    margin = engine.next_token_margin(prompt, ref[:j]) if j < len(ref) else 0.0
+    # a near-tie: closer than the fixed gap, or than llama.cpp's batched kernels
+    # move these logits here (measured at this position: not a decoding error)
+    if margin < NEAR_TIE_GAP or margin < 2 * engine.batch_noise_at(prompt, ref[:j]):
+        agg.near_ties += 1
+    else:
+        agg.mismatches += 1
 
 
 def grammar_cost(free: dict, constrained: dict) -> str:

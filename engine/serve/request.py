@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..generation import MAX_LOGPROBS, GenerationConfig, check_draft_length, choose_spec
 from ..sampling import SamplingParams
-from ..gemma4.tools import ToolError, calls_grammar, check_tools
+from ..gemma4.call_grammar import calls_grammar, check_tools
+from ..gemma4.calls import ToolError
 from .errors import ApiError
 
 MAX_CHOICES = 16  # n: choices of one request, decoded together (one sequence each)
@@ -145,6 +146,30 @@ def stop_strings(req: Sampling) -> list[str]:
 
 def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | None = None) -> GenerationConfig:
     """The engine's settings for one request; a 400 naming the field for anything wrong."""
+    refuse_unsupported(req)
+    # max_tokens is a bound, as llama-server takes it: agents ask for 32000 whatever the context,
+    # and the reply ends ("length") where the context does
+    n = min(req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2), engine.n_ctx - 1)
+    sp = sampling_params(engine, req)
+    top = top_logprobs(req, kind)
+    if kind == "text" and req.echo and top is not None:
+        raise unsupported("echo", "the log-probabilities of the prompt are not computed; echo without logprobs works")
+    fmt = output_format(req)
+    if fmt and grammar:
+        raise ApiError(400, f"{fmt['param']} cannot be combined with a forced tool call (tool_choice)",
+                       param=fmt["param"])
+    fmt.pop("param", None)
+    stops = stop_strings(req)
+    if len(stops) > MAX_STOPS or any(len(x) > MAX_STOP_CHARS for x in stops):
+        raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
+                       param="stop")
+    spec, k = draft_choice(engine, req.tandem or TandemOptions(), default_k)
+    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp, seed=req.seed, logprobs=top, **fmt)
+    return replace(cfg, grammar=grammar) if grammar else cfg
+
+
+def refuse_unsupported(req: Sampling) -> None:
+    """A 400 for the fields that would change the answer and are not implemented."""
     if req.best_of not in (None, 1, req.n):
         raise unsupported("best_of", "use n for several choices")
     if req.suffix:
@@ -155,9 +180,10 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         raise unsupported("return_progress", "it sends no prompt progress")
     if req.functions or req.function_call not in (None, "none", "auto"):
         raise unsupported("functions" if req.functions else "function_call", "use tools and tool_choice")
-    # max_tokens is a bound, as llama-server takes it: agents ask for 32000 whatever the context,
-    # and the reply ends ("length") where the context does
-    n = min(req.max_completion_tokens or req.max_tokens or min(2048, engine.n_ctx // 2), engine.n_ctx - 1)
+
+
+def sampling_params(engine, req: Sampling) -> SamplingParams:
+    """The request's sampling, checked (logit_bias: token ids of this vocabulary, -100..100)."""
     bias = []
     for key, value in (req.logit_bias or {}).items():
         if not key.isdigit():
@@ -175,22 +201,13 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         sp.validate()
     except ValueError as e:
         raise ApiError(400, str(e)) from None
-    top = top_logprobs(req, kind)
-    if kind == "text" and req.echo and top is not None:
-        raise unsupported("echo", "the log-probabilities of the prompt are not computed; echo without logprobs works")
-    fmt = output_format(req)
-    if fmt and grammar:
-        raise ApiError(400, f"{fmt['param']} cannot be combined with a forced tool call (tool_choice)",
-                       param=fmt["param"])
-    fmt.pop("param", None)
-    stops = stop_strings(req)
-    if len(stops) > MAX_STOPS or any(len(x) > MAX_STOP_CHARS for x in stops):
-        raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
-                       param="stop")
-    t = req.tandem or TandemOptions()
-    k = t.draft_max if t.draft_max is not None else default_k
+    return sp
+
+
+def draft_choice(engine, t: TandemOptions, default_k) -> tuple[str, int | str]:
+    """Tandem's own options as (spec, draft_max), each error a 400 naming its field."""
     try:
-        k = check_draft_length(k)
+        k = check_draft_length(t.draft_max if t.draft_max is not None else default_k)
     except ValueError as e:
         raise ApiError(400, f"tandem.draft_max: {e}", param="tandem.draft_max") from None
     try:
@@ -200,9 +217,7 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     if spec == "mtp" and not engine.has_mtp:  # the engine would refuse too: here the 400 names the field
         raise ApiError(400, "tandem.spec: 'mtp' needs a drafter (the model's gemma-4 assistant) and this server "
                        "has none; use 'lookup' or 'auto' (lookup drafting works for every model)", param="tandem.spec")
-    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp,
-                           seed=req.seed, logprobs=top, **fmt)
-    return replace(cfg, grammar=grammar) if grammar else cfg
+    return spec, k
 
 
 def output_format(req: Sampling) -> dict:

@@ -1,0 +1,68 @@
+"""What the commands share: the model (a local pair or a server) loaded from the arguments, and
+the output constraint they name."""
+
+from __future__ import annotations
+
+# the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
+# (a request reserves its prompt and max_tokens of it while it runs)
+CTX_PER_SEQUENCE = 4096
+# tandem serve's least default context: coding agents' first request is large (Claude Code's
+# ~20k tokens with its tools, Codex's ~6k) and asks for up to 32000 tokens back
+SERVE_MIN_CTX = 32768
+
+
+def remote(url, args, model=None):
+    """A server's backend, its key from --api-key or $TANDEM_API_KEY."""
+    import os
+
+    from ..backends.remote import RemoteBackend
+
+    return RemoteBackend(url, args.api_key or os.environ.get("TANDEM_API_KEY"), model)
+
+
+def load(args):
+    """The backend the arguments name: a server (--server), or the local pair, loaded."""
+    from ..local.engine import Engine
+    from ..local.options import LoadOptions
+
+    if args.server:
+        if args.drafter:
+            raise ValueError("--drafter is for local models; a server's drafter is set when the server starts")
+        return remote(args.server, args, args.model)
+    if not args.model:
+        raise ValueError("--model is required: a GGUF file (or --server URL to use a server)")
+
+    n_seq = getattr(args, "parallel", 1)
+    default_ctx = max(CTX_PER_SEQUENCE * n_seq, SERVE_MIN_CTX if args.command == "serve" else 0)
+    opts = LoadOptions(n_ctx=args.ctx or default_ctx, n_threads=args.threads,
+                       target_gpu_layers=args.gpu_layers,
+                       drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
+                       verbose=args.verbose, n_seq=n_seq)
+    mmproj = getattr(args, "mmproj", None)
+    if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
+        from ..models.pairing import find_projector
+
+        found = find_projector(args.model)
+        if found is None:
+            raise ValueError(f"pictures and sounds need the model's projector: no mmproj-*.gguf next to "
+                             f"{args.model}; give it with --mmproj")
+        mmproj = str(found)
+    return Engine.load(args.model, args.drafter, opts, mmproj=mmproj)
+
+
+def output_constraint(args) -> dict:
+    """--json-schema / --grammar as GenerationConfig fields, checked (a schema made a grammar)."""
+    from pathlib import Path
+
+    from ..local.grammar import MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES, GrammarError, from_gbnf, from_json_schema
+
+    if args.json_schema and args.grammar:
+        raise ValueError("--json-schema and --grammar: give one of them")
+    path = args.json_schema or args.grammar
+    if not path:
+        return {}
+    limit = MAX_SCHEMA_BYTES if args.json_schema else MAX_GRAMMAR_BYTES
+    if Path(path).stat().st_size > limit:
+        raise GrammarError(f"{path} is larger than {limit // 1024} KB")
+    text = Path(path).read_text("utf-8")
+    return {"grammar": from_json_schema(text) if args.json_schema else from_gbnf(text)}

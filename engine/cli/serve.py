@@ -1,0 +1,45 @@
+"""`tandem serve`: the model as a local OpenAI-compatible API (engine.serve), after checking
+the addresses and the port before loading anything."""
+
+from __future__ import annotations
+
+from .loading import load
+
+def cmd_serve(args) -> int:
+    from pathlib import Path
+
+    from ..serve import check_host, run
+
+    hosts = list(dict.fromkeys(args.host))
+    for host in hosts:  # before loading anything
+        check_host(host, args.api_key)
+        _check_port_free(host, args.port)
+    engine = load(args)
+    try:
+        name, *aliases = args.name or [Path(args.model).stem]
+        where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
+        print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
+              f"at {where}", flush=True)
+        run(engine, name, hosts, args.port, args.api_key, args.cors, args.queue, args.draft_max,
+            aliases=aliases, tags=args.tags)
+    finally:
+        engine.close()
+    return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """One line before loading anything, instead of 'Serving at …' and then uvicorn's error."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host}: {e.strerror or e}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e} (another server there? "
+                             "choose another --port)") from None
