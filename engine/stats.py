@@ -13,7 +13,7 @@ Definitions (the same for every strategy, so numbers compare):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -43,6 +43,11 @@ class GenerationStats:
     finish_reason: str | None = None
     engine: str = "llama.cpp"  # what decoded: llama.cpp in this process, or a server (llama-server, vllm, ...)
     drafts_reported: bool = True  # False: a server that does not say what its drafter did
+
+    def snapshot(self) -> "GenerationStats":
+        """A copy of the numbers as they are now: what an event carries, so that one kept while
+        the generation goes on keeps the numbers it was made with."""
+        return replace(self, drafted_at=list(self.drafted_at), accepted_at=list(self.accepted_at))
 
     def count_positions(self, k: int, n_acc: int) -> None:
         while len(self.drafted_at) < k:
