@@ -69,7 +69,7 @@ FIELDS: dict[str, Field] = {
     "max_tokens": Field(1024, _of(int)),
     "system_prompt": Field("", _of(str)),
     "theme": Field("system", lambda v: v in ("system", "light", "dark")),
-    "use_mtp": Field(True, _of(bool)),
+    "use_mtp": Field(True, _of(bool)),  # drafting on in new chats (ChatOptions.drafting); the name files hold
     "draft_max": Field(AUTO, _draft_max),  # for new chats: "auto" or a fixed draft length
     "font_scale": Field(1.0, lambda v: _number(v) and 0.5 <= v <= 3.0),  # Ctrl+plus / Ctrl+minus / Ctrl+0
     "geometry": Field("", _of(str)),  # the window's size and place (Qt's saveGeometry, base64)

@@ -175,11 +175,11 @@ def test_tandems_remote_backend_talks_to_tandem_serve(server):
     try:
         assert b.engine_name == "tandem" and b.can_switch_mtp and b.n_ctx == 8192
         out = {}
-        for use_mtp in (True, False):  # Compare on one server: drafting per request
+        for drafting in (True, False):  # Compare on one server: drafting per request
             text, ev = [], None
-            for ev in b.chat(MSGS, GenerationConfig(max_tokens=40, spec="auto" if use_mtp else "none", draft_max=3)):
+            for ev in b.chat(MSGS, GenerationConfig(max_tokens=40, spec="auto" if drafting else "none", draft_max=3)):
                 text.append(ev.answer)
-            out[use_mtp] = ("".join(text), ev.stats)
+            out[drafting] = ("".join(text), ev.stats)
         assert out[True][0] == out[False][0]
         assert out[True][1].mode == "mtp" and out[True][1].accepted_tokens > 0
         assert out[False][1].mode == "baseline"

@@ -9,11 +9,11 @@ from engine.local.engine import Engine, GenerationConfig
 from ..support.prompts import PROMPTS
 
 
-def run_all(engine, k, max_tokens=64, use_mtp=True):
+def run_all(engine, k, max_tokens=64, drafting=True):
     out = []
     for text in PROMPTS:
         engine.reset()
-        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, spec="mtp" if use_mtp else "none", draft_max=k)))
+        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, spec="mtp" if drafting else "none", draft_max=k)))
     return out
 
 

@@ -133,15 +133,15 @@ def test_auto_sampling_keeps_the_distribution(tiny):
         prompt = e.tokenize("Hello world, this is a test")
         sp = SamplingParams(temperature=1.0, top_k=8, top_p=1.0)
         arms, drafted = {}, 0
-        for use_mtp in (False, True):
+        for drafting in (False, True):
             c = Counter()
             for seed in range(1500):
                 e.costs = gpu_like_costs()  # so that auto drafts (and drafts different lengths)
                 # unseeded: a seed would make auto draft a fixed length (see the next test)
-                r = e.run(prompt, GenerationConfig(max_tokens=3, spec="mtp" if use_mtp else "none", draft_max="auto", sampling=sp))
+                r = e.run(prompt, GenerationConfig(max_tokens=3, spec="mtp" if drafting else "none", draft_max="auto", sampling=sp))
                 c[tuple(r.tokens)] += 1
                 drafted += r.stats.draft_tokens
-            arms[use_mtp] = c
+            arms[drafting] = c
         assert chi2_pvalue(arms[False], arms[True]) > 0.001
         assert drafted, "auto must have drafted for this test to mean anything"
     finally:

@@ -15,11 +15,11 @@ from ..support.stats import chi2_pvalue
 N = 1500  # samples per arm
 
 
-def samples(engine, prompt, use_mtp, temperature, n=N, k=3):
+def samples(engine, prompt, drafting, temperature, n=N, k=3):
     sp = SamplingParams(temperature=temperature, top_k=8, top_p=1.0)
     out = []
     for seed in range(n):
-        r = engine.run(prompt, GenerationConfig(max_tokens=3, spec="auto" if use_mtp else "none", draft_max=k, sampling=sp, seed=seed))
+        r = engine.run(prompt, GenerationConfig(max_tokens=3, spec="auto" if drafting else "none", draft_max=k, sampling=sp, seed=seed))
         out.append(tuple(r.tokens))
     return out
 
@@ -53,8 +53,8 @@ def test_chi_square_detects_a_different_distribution(sampler):
 def test_seeded_runs_are_reproducible(sampler):
     prompt = sampler.tokenize("The quick brown fox")
     sp = SamplingParams(temperature=1.5, top_k=16)
-    for use_mtp in (False, True):
-        runs = [sampler.run(prompt, GenerationConfig(max_tokens=24, spec="auto" if use_mtp else "none", sampling=sp, seed=7)).tokens
+    for drafting in (False, True):
+        runs = [sampler.run(prompt, GenerationConfig(max_tokens=24, spec="auto" if drafting else "none", sampling=sp, seed=7)).tokens
                 for _ in range(2)]
         assert runs[0] == runs[1]
     other = sampler.run(prompt, GenerationConfig(max_tokens=24, sampling=sp, seed=8)).tokens

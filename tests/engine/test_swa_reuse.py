@@ -19,15 +19,15 @@ SMALL_CACHE = LoadOptions(n_batch=16, n_ubatch=16, n_ctx=2048)
 LONG = "Hello world, this is a test of the sliding window cache " * 30
 
 
-def _answer(engine, msgs, use_mtp, max_tokens=48):
-    r = engine.run(engine.format_chat(msgs), GenerationConfig(max_tokens=max_tokens, spec="auto" if use_mtp else "none", draft_max=3))
+def _answer(engine, msgs, drafting, max_tokens=48):
+    r = engine.run(engine.format_chat(msgs), GenerationConfig(max_tokens=max_tokens, spec="auto" if drafting else "none", draft_max=3))
     return r.tokens
 
 
-def _fresh(paths, msgs, use_mtp, max_tokens=48, opts=SMALL_CACHE):
+def _fresh(paths, msgs, drafting, max_tokens=48, opts=SMALL_CACHE):
     e = Engine.load(paths[0], paths[1], opts)
     try:
-        return _answer(e, msgs, use_mtp, max_tokens)
+        return _answer(e, msgs, drafting, max_tokens)
     finally:
         e.close()
 
@@ -38,21 +38,21 @@ def pair(noisy):
     return noisy["target"], noisy[1.0]
 
 
-@pytest.mark.parametrize("use_mtp", [False, True])
-def test_new_chat_after_a_long_chat_equals_a_fresh_engine(pair, use_mtp):
+@pytest.mark.parametrize("drafting", [False, True])
+def test_new_chat_after_a_long_chat_equals_a_fresh_engine(pair, drafting):
     engine = Engine.load(*pair, SMALL_CACHE)
     try:
-        _answer(engine, [{"role": "user", "content": LONG}], use_mtp, max_tokens=64)
+        _answer(engine, [{"role": "user", "content": LONG}], drafting, max_tokens=64)
         assert engine.rt.n_swa > 0
         short = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-        got = _answer(engine, short, use_mtp)
+        got = _answer(engine, short, drafting)
     finally:
         engine.close()
-    assert got == _fresh(pair, short, use_mtp)
+    assert got == _fresh(pair, short, drafting)
 
 
-@pytest.mark.parametrize("use_mtp", [False, True])
-def test_multi_turn_chat_with_replies_longer_than_the_window(pair, use_mtp):
+@pytest.mark.parametrize("drafting", [False, True])
+def test_multi_turn_chat_with_replies_longer_than_the_window(pair, drafting):
     """Several turns, each reply longer than the window; then an edit of the first message
     (the cache is rolled back far past the recycled cells). Every turn equals a fresh engine."""
     engine = Engine.load(*pair, SMALL_CACHE)
@@ -61,12 +61,12 @@ def test_multi_turn_chat_with_replies_longer_than_the_window(pair, use_mtp):
         for turn, text in enumerate(["Hello world, tell me about the model", "and the draft token",
                                      "Gemma speed test python function", "a b c d e f g"]):
             msgs.append({"role": "user", "content": text})
-            got = _answer(engine, msgs, use_mtp, max_tokens=80)
+            got = _answer(engine, msgs, drafting, max_tokens=80)
             assert len(got) > engine.rt.n_swa
-            assert got == _fresh(pair, msgs, use_mtp, max_tokens=80), f"turn {turn}"
+            assert got == _fresh(pair, msgs, drafting, max_tokens=80), f"turn {turn}"
             msgs.append({"role": "assistant", "content": engine.detokenize(got)})
         edited = [{"role": "user", "content": "Hello world, tell me about the code"}]
-        assert _answer(engine, edited, use_mtp) == _fresh(pair, edited, use_mtp)
+        assert _answer(engine, edited, drafting) == _fresh(pair, edited, drafting)
     finally:
         engine.close()
 
