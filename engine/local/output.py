@@ -29,7 +29,7 @@ def step_event(seq: Sequence, step: Step, is_first: bool, is_eog: Callable[[int]
                llama_s: tuple[float, float], target) -> GenerationEvent:
     """A finished step as its event: stop at end-of-generation or at the token budget (the
     target's cache is cut back to what is kept), the text, the stats (`llama_s`: seconds inside
-    llama.cpp so far, target + drafter and drafter)."""
+    llama.cpp so far, target + drafter and drafter). The event carries a snapshot of the stats."""
     st, text = seq.st, seq.job.text
     keep, finish = _cut(seq, step, is_eog, target)
     pieces = [text.feed(t, d) for t, d in zip(step.tokens[:keep], step.drafted[:keep])]
@@ -48,7 +48,7 @@ def step_event(seq: Sequence, step: Step, is_first: bool, is_eog: Callable[[int]
         answer += a
         thinking += th
     st.stats.finish_reason = finish
-    return GenerationEvent(pieces, answer, thinking, st.stats, finish)
+    return GenerationEvent(pieces, answer, thinking, st.stats.snapshot(), finish)
 
 
 def _cut(seq: Sequence, step: Step, is_eog: Callable[[int], bool], target) -> tuple[int, str | None]:
@@ -94,4 +94,4 @@ def end_event(seq: Sequence, finish: str) -> GenerationEvent:
     event."""
     stats = seq.st.stats if seq.st is not None else GenerationStats(prompt_tokens=len(seq.job.prompt))
     stats.finish_reason = finish
-    return GenerationEvent([], "", "", stats, finish)
+    return GenerationEvent([], "", "", stats.snapshot(), finish)

@@ -29,6 +29,22 @@ def test_events_carry_deltas_tokens_origins_and_stats(engine07):
     assert s.ttft_s > 0 and s.decode_tps > 0 and 0 <= s.acceptance_rate <= 1
 
 
+def test_an_event_kept_keeps_the_numbers_it_was_made_with(engine07):
+    """Each event's stats are a snapshot made with it: an event kept while the generation goes
+    on still says how many tokens there were then (not the sequence's live, later numbers)."""
+    engine07.reset()
+    prompt = engine07.tokenize("Hello world, this is a test")
+    kept = []
+    for ev in engine07.generate(prompt, GenerationConfig(max_tokens=30, draft_max=3)):
+        kept.append((ev, ev.stats.generated_tokens, ev.stats.steps, ev.stats.finish_reason))
+    total = 0
+    for ev, generated, steps, finish in kept:
+        total += len(ev.tokens)
+        assert ev.stats.generated_tokens == generated == total
+        assert (ev.stats.steps, ev.stats.finish_reason) == (steps, finish)
+    assert kept[0][0].stats.generated_tokens == 1 and kept[-1][0].stats.generated_tokens == 30
+
+
 def test_text_is_utf8_safe_across_byte_tokens(engine07):
     text = "héllo ✓ 漢字 🙂"
     toks = engine07.tokenize(text, add_special=False, parse_special=False)
