@@ -23,7 +23,7 @@ from engine.generation import DEFAULT_PARALLEL, GenerationConfig
 from engine.strategies import AUTO_K_MAX
 from engine.gemma4.reply import ReplyAssembler
 from engine.gemma4.template_sandbox import RenderCancelled
-from engine.gemma4.tools import calls_grammar
+from engine.gemma4.call_grammar import calls_grammar
 
 from app.core.chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 

@@ -1,6 +1,6 @@
 """The tools a server lists, as the model sees them: each checked (its name, schema and
 description bounded), named uniquely among the connected servers, and declared within what
-engine.gemma4.tools takes."""
+engine.gemma4.call_grammar takes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from engine.gemma4.tools import MAX_TOOLS, MAX_TOOLS_BYTES, NAME, ToolError, check_tools
+from engine.gemma4.call_grammar import check_tools
+from engine.gemma4.calls import MAX_TOOLS, MAX_TOOLS_BYTES, NAME, ToolError
 
 from .config import one_line
 
@@ -22,7 +23,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 class ToolInfo:
     server: str  # the ServerConfig name
     name: str  # the tool's name on its server
-    key: str  # the name the model sees: unique among connected servers, matches engine.gemma4.tools.NAME
+    key: str  # the name the model sees: unique among connected servers, matches engine.gemma4.calls.NAME
     description: str = ""
     input_schema: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
@@ -36,7 +37,7 @@ class ToolInfo:
 
 
 def declarations(tools: list[ToolInfo]) -> list[dict]:
-    """Declarations for `tools`, as many as engine.gemma4.tools.check_tools takes (count and total size)."""
+    """Declarations for `tools`, as many as engine.gemma4.call_grammar.check_tools takes (count and total size)."""
     out, size = [], 2
     for t in tools[:MAX_TOOLS]:
         d = t.declaration()

@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError as _SdkError
 from mcp.types import Implementation
 
 from engine import __version__
-from engine.gemma4.tools import MAX_TOOLS
+from engine.gemma4.calls import MAX_TOOLS
 
 from .catalog import ToolInfo, index_tools
 from .config import McpError, ServerConfig, one_line

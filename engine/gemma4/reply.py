@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .tools import CallParser, ToolCall
+from .calls import CallParser, ToolCall
 
 # what Gemma 4 writes after its calls: the tool's turn (llama.cpp counts it as an end of
 # generation for vocabularies that have it; the rule here also holds where it is plain text)

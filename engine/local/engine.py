@@ -158,7 +158,7 @@ class Engine(Backend):
     def grammar_marker(self, text: str) -> str:
         """A control marker (Gemma 4's <|tool_call>, <|"|>, ...) in a grammar: its token where the
         vocabulary has it as one, else its text (a converted fine-tune, a test model)."""
-        from ..gemma4.tools import text_marker
+        from ..gemma4.call_grammar import text_marker
 
         ids = self.prompts.tokenize(text, False, True)
         if len(ids) == 1 and self.prompts.token_bytes(ids[0]) == text.encode():

@@ -1,7 +1,7 @@
 """Constrained decoding: one engine, llguidance, for every constraint Tandem decodes under —
 JSON schemas (response_format, --json-schema, llama.cpp's json_schema extension), llama.cpp
 GBNF grammars (the grammar extension, --grammar; converted to llguidance's Lark), and Gemma
-4's tool-call syntax (engine/tools.py writes it in Lark).
+4's tool-call syntax (engine/gemma4/call_grammar.py writes it in Lark).
 
 llguidance, not llama.cpp's GBNF sampler, because of what it measured here on Gemma 4's real
 262,144-token vocabulary: a token mask in ~0.03 ms median where llama.cpp's sampler checks the

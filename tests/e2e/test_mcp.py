@@ -19,7 +19,8 @@ from app.tools.catalog import declarations, index_tools
 from app.tools.config import McpError, ServerConfig, load_servers
 from app.tools.hub import ToolHub
 from app.core.settings import Settings
-from engine.gemma4.tools import NAME, check_tools
+from engine.gemma4.call_grammar import check_tools
+from engine.gemma4.calls import NAME
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -3,7 +3,7 @@ Gemma 4's real template stays text, and a forced call on a vocabulary without Ge
 
 from __future__ import annotations
 
-from engine.gemma4.tools import calls_grammar, check_tools
+from engine.gemma4.call_grammar import calls_grammar, check_tools
 
 from ..support.tool_schemas import ASK, TOOLS, TRIP
 

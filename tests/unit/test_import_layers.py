@@ -111,8 +111,8 @@ def test_the_room_rule_catches_a_breach():
     assert not _room_breaches("app.session.worker", {"PySide6.QtCore", "PySide6.QtCore.Signal", "app.core.chat_types"})
     assert not _room_breaches("app.ui.window", {"PySide6.QtWidgets"})
     assert _room_breaches("engine.local.engine", {"engine.serve.request"})
-    assert _room_breaches("engine.gemma4.tools", {"engine.local.runtime"})
-    assert not _room_breaches("engine.gemma4.tools", {"engine.local.grammar", "engine.local.grammar.from_lark"})
+    assert _room_breaches("engine.gemma4.call_grammar", {"engine.local.runtime"})
+    assert not _room_breaches("engine.gemma4.call_grammar", {"engine.local.grammar", "engine.local.grammar.from_lark"})
 
 
 def test_no_import_cycles():

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.gemma4.chat import ChatTemplate
-from engine.gemma4.tools import text_marker
+from engine.gemma4.call_grammar import text_marker
 from engine.serve import ServerState, create_app
 from engine.testmodels.vocab import chat_template
 

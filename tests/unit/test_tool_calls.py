@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from engine.gemma4.tools import CallParser, ToolError, calls_grammar, check_tools, parse_call
+from engine.gemma4.call_grammar import calls_grammar, check_tools
+from engine.gemma4.calls import CallParser, ToolError, parse_call
 
 from ..support.tool_schemas import TOOLS
 
