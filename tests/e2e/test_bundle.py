@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # PyInstaller builds the bundle: minutes
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("xvfb-run") is None,

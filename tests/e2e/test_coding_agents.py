@@ -38,6 +38,7 @@ import pytest
 
 from ..support.serve import Serve
 
+pytestmark = pytest.mark.slow  # real agents on real-vocabulary models: minutes
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
 CODEX = "@openai/codex@0.171.0"
 OPENCODE = "opencode-ai@1.18.33"

@@ -25,6 +25,7 @@ import pytest
 from ..support.hubserver import Hub
 from ..support.llamaserver import free_port
 
+pytestmark = pytest.mark.slow  # every README command, through the installed console script
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 TANDEM = Path(sys.executable).parent / "tandem"  # the console script pip installed

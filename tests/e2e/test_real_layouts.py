@@ -18,6 +18,7 @@ from engine.models.download import Downloader, DownloadError
 
 from ..support.hubserver import Hub
 
+pytestmark = pytest.mark.slow  # every catalog model and layout, downloaded and loaded
 SIZE = {"gemma-4-e2b": "E2B", "gemma-4-e4b": "E4B", "gemma-4-12b": "12B", "gemma-4-26b-a4b": "26B-A4B",
         "gemma-4-31b": "31B"}
 JUNK = b"GGUF" + b"\0" * 64  # a decoy: never a model anyone should download

@@ -21,6 +21,7 @@ import httpx2 as httpx
 import jsonschema
 import pytest
 
+pytestmark = pytest.mark.slow  # 81 real schemas, up to 256 tokens each
 DATA = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench"
 SCHEMAS = sorted(DATA.glob("*/*.json"))
 MAX_TOKENS = 256

@@ -8,8 +8,11 @@ import threading
 import time
 
 import httpx2 as httpx
+import pytest
 
 from ..support.prompts import PROMPTS
+
+pytestmark = pytest.mark.slow  # eight clients at once, replies of up to 1800 tokens
 
 
 def test_tandem_serve_decodes_requests_together(tiny):
