@@ -2,8 +2,8 @@
 `tandem` console script (the one beside this Python, as the user types it), with the synthetic
 models standing in for downloads and a local hub standing in for Hugging Face.
 
-The commands are read from README.md itself: a command the README gains without a runner here
-fails `test_every_readme_command_is_run`, so this file grows with the README.
+The blocks are read from README.md itself: a command (or a block) the README gains without a
+runner here fails `test_every_readme_block_is_run`, naming it, so this file grows with the README.
 """
 
 from __future__ import annotations
@@ -41,31 +41,65 @@ ELSEWHERE = {
     "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/e2e/test_remote.py)",
     "apt-get install": "Debian's packages for Xvfb",
     "xvfb-run": "the screenshots script (a developer tool; the window itself: tests/app/test_app.py)",
-    ".venv/bin/python scripts/bench_edits.py": "the lookup benchmark against llama.cpp's n-gram drafting (it builds "
-                                               "llama-speculative-simple, minutes; its Tandem half is bench --suite "
-                                               "edits, run above)",
+    "export ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=none": "Claude Code's environment: "
+                                                                            "tests/e2e/test_coding_agents.py",
+    "export ANTHROPIC_MODEL=gemma-4 ANTHROPIC_DEFAULT_HAIKU_MODEL=gemma-4": "Claude Code's environment: "
+                                                                          "tests/e2e/test_coding_agents.py",
+    "export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1": "Claude Code's environment: tests/e2e/test_coding_agents.py",
+    "claude": "Claude Code itself (from npm): tests/e2e/test_coding_agents.py runs it with the environment above",
+}
+SHELL = ("sh", "bash", "shell", "console")  # a fence of commands; an indented block is commands too
+# the README's other blocks, by language and the heading (or bold lead-in) above them: where each runs
+OTHER_BLOCKS = {
+    ("python", "**OpenAI Agents SDK**"): "test_agents_sdk_set_up, below",
+    ("python", "## Python API"): "test_python_api_example, below",
+    ("toml", "**Codex CLI**"): "tests/e2e/test_coding_agents.py: Codex reads it as its config.toml",
+    ("json", "**opencode**"): "tests/e2e/test_coding_agents.py: opencode reads it as its opencode.json",
 }
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's indented code blocks, continuation lines joined,
-    comments dropped."""
-    out, pending = [], ""
-    in_fence = False
+def readme_blocks() -> list[tuple[str, str, list[str]]]:
+    """The README's code blocks as (language, the heading or bold lead-in above, lines): fenced
+    ones, and indented ones (language "sh"), which start after a blank line; an indented line
+    right after text is a list item's continuation, not code."""
+    blocks, anchor, fence, indented, prev = [], "", None, False, ""
     for line in README.read_text("utf-8").splitlines():
-        if line.startswith("```"):
-            in_fence = not in_fence
+        if fence is not None:
+            if line.startswith("```"):
+                blocks.append(fence)
+                fence = None
+            else:
+                fence[2].append(line)
+        elif line.startswith("```"):
+            fence = (line[3:].strip(), anchor, [])
+        elif line.startswith("    ") and line.strip() and (indented or not prev.strip()):
+            if not indented:
+                blocks.append(("sh", anchor, []))
+            blocks[-1][2].append(line[4:])
+            indented = True
+        elif line.strip():
+            indented = False
+            lead = re.match(r"#+ .*|\*\*[^*]+\*\*", line)
+            anchor = lead.group(0) if lead else anchor
+        prev = line
+    return blocks
+
+
+def readme_commands() -> list[str]:
+    """Every command of the README's shell blocks, continuation lines joined, comments dropped."""
+    out, pending = [], ""
+    for lang, _, lines in readme_blocks():
+        if lang not in SHELL:
             continue
-        if in_fence or not (line.startswith("    ") or pending):
-            continue
-        text = (pending + " " + line.strip()) if pending else line.strip()
-        if text.endswith("\\"):
-            pending = text[:-1].strip()
-            continue
-        pending = ""
-        text = re.sub(r"\s+#.*$", "", text).strip()
-        if text.startswith((".venv/", "bash ", "llama-server", "vllm", "apt-get", "xvfb-run", "CMAKE_ARGS")):
-            out.append(text)
+        for line in lines:
+            text = (pending + " " + line.strip()) if pending else line.strip()
+            if text.endswith("\\"):
+                pending = text[:-1].strip()
+                continue
+            pending = ""
+            text = re.sub(r"(^|\s+)#.*$", "", text).strip()
+            if text:
+                out.append(text)
     return out
 
 
@@ -147,57 +181,71 @@ class Served:
         return out
 
 
-def test_every_readme_command_is_run():
-    """Each command is run below, or named in ELSEWHERE with the reason."""
-    known = set(RUNNERS)
-    missing = [c for c in readme_commands() if not _elsewhere(c) and c not in known]
-    assert not missing, "README commands without a test here:\n" + "\n".join(missing)
-    assert len(readme_commands()) >= 15  # the blocks were read at all
+def test_every_readme_block_is_run():
+    """Each command of the README's shell blocks is run below, or named in ELSEWHERE with the
+    reason; each other block is named in OTHER_BLOCKS (the Python ones are the blocks the tests
+    below run); and nothing here names a command the README no longer has."""
+    commands = readme_commands()
+    missing = [c for c in commands if not _elsewhere(c) and c not in RUNNERS]
+    assert not missing, "README commands no test here runs:\n" + "\n".join(missing)
+    others = [(lang, anchor) for lang, anchor, _ in readme_blocks() if lang not in SHELL]
+    unknown = [b for b in others if b not in OTHER_BLOCKS]
+    assert not unknown, f"README blocks no test here knows: {unknown}"
+    for lang, anchor, lines in readme_blocks():
+        if lang == "python":
+            assert "\n".join(lines) + "\n" == python_block(anchor), anchor  # the block its test runs
+    stale = [c for c in [*RUNNERS, *ELSEWHERE] if c not in IN_PROSE
+             and not any(c == x or x.startswith(c + " ") for x in commands)]
+    assert not stale, f"commands here the README no longer has: {stale}"
+    assert len(commands) >= 15  # the blocks were read at all
 
 
-def _use(place, cmd):
-    """The Use section, in its order: test models, replies, JSON, bench."""
-    w = place["work"]
-    c = concrete(cmd, **{"T.gguf": "models/tiny-target.gguf", "D.gguf": "models/tiny-drafter-a0.8.gguf",
-                         "P.gguf": "models/mmproj-tiny.gguf"})
-    r = run(place, c)
-    if " --help" in c:
-        for name in ("generate", "bench", "serve", "models", "make-test-models"):
-            assert re.search(rf"^\s+{name}\s+\S", r.stdout, re.M), f"`tandem --help` does not list {name}"
-    elif "--version" in c:
-        assert r.stdout.startswith("tandem ")
-    elif "make-test-models" in c:
-        assert (w / "models" / "tiny-target.gguf").exists() and (w / "models" / "tiny-drafter-a0.8.gguf").exists()
-    elif "--suite edits" in c:
-        assert "code edits (4 prompts)" in r.stdout and "lookup" in r.stdout
-    elif " bench " in c:
-        assert "speed-up" in r.stdout and json.loads((w / "bench.json").read_text())["mtp"]
-    elif "--json" in c:
+def _streamed(r, work) -> bool:
+    return bool(r.stdout.strip()) and "tok/s" in r.stderr
+
+
+def _json_reply(mode: str):
+    def check(r, work) -> bool:
         out = json.loads(r.stdout)
-        assert out["text"] and out["finish_reason"] in ("stop", "length")
-        assert out["stats"]["mode"] == ("baseline" if "--no-mtp" in c else "hybrid")  # auto: MTP and lookup
-    else:
-        assert r.stdout.strip() and "tok/s" in r.stderr
+        return bool(out["text"]) and out["finish_reason"] in ("stop", "length") and out["stats"]["mode"] == mode
+    return check
 
 
-USE = [
-    ".venv/bin/tandem --help",
-    ".venv/bin/tandem --version",
-    ".venv/bin/tandem make-test-models models --size tiny --agreement 0.8",
-    '.venv/bin/tandem generate --model models/tiny-target.gguf --drafter models/tiny-drafter-a0.8.gguf "Hello"',
-    '.venv/bin/tandem generate -m T.gguf -d D.gguf --no-mtp --json "Hello"',
-    ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json",
-    '.venv/bin/tandem generate -m T.gguf --spec lookup "Hello"',
-    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3",
-    '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"',
-]
-MODELS = [
-    ".venv/bin/tandem models list",
-    ".venv/bin/tandem models download gemma-4-e4b --quant Q4_K_M [--dir FOLDER]",
-    ".venv/bin/tandem models download ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M",
-    ".venv/bin/tandem models import ~/models/gemma-4-E4B-it-Q4_K_M.gguf",
-    ".venv/bin/tandem models verify",
-]
+# The Use section, in its order (test models, replies, JSON, bench), each command with what its
+# output must show (r: the finished process, work: the folder it ran in); auto drafts with MTP and lookup
+USE = {
+    ".venv/bin/tandem --help": lambda r, work: all(re.search(rf"^\s+{name}\s+\S", r.stdout, re.M) for name in (
+        "generate", "bench", "serve", "models", "make-test-models")),
+    ".venv/bin/tandem --version": lambda r, work: r.stdout.startswith("tandem "),
+    ".venv/bin/tandem make-test-models models --size tiny --agreement 0.8": lambda r, work: all(
+        (work / "models" / name).exists() for name in ("tiny-target.gguf", "tiny-drafter-a0.8.gguf")),
+    '.venv/bin/tandem generate --model models/tiny-target.gguf --drafter models/tiny-drafter-a0.8.gguf "Hello"':
+        _streamed,
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf --no-mtp --json "Hello"': _json_reply("baseline"),
+    ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json":
+        lambda r, work: "speed-up" in r.stdout and bool(json.loads((work / "bench.json").read_text())["mtp"]),
+    '.venv/bin/tandem generate -m T.gguf --spec lookup "Hello"': _streamed,
+    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3":
+        lambda r, work: "code edits (4 prompts)" in r.stdout and "lookup" in r.stdout,
+    '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"':
+        _json_reply("hybrid"),
+}
+def _downloaded_pair(r) -> bool:
+    """The target and its drafter were downloaded: the output names both files, and they are there."""
+    paths = dict(re.findall(r"^(target|drafter):\s+(\S+)$", r.stdout, re.M))
+    return set(paths) == {"target", "drafter"} and all(Path(p).is_file() for p in paths.values())
+
+
+# the Models section, in its order, each with what its output (or the folder) must show
+MODELS = {
+    ".venv/bin/tandem models list": lambda r, work: "gemma-4-e4b" in r.stdout,
+    ".venv/bin/tandem models download gemma-4-e4b --quant Q4_K_M [--dir FOLDER]":
+        lambda r, work: (work / "downloaded" / "gemma-4-E4B-it-Q4_K_M.gguf").exists(),
+    ".venv/bin/tandem models download ggml-org/gemma-4-E4B-it-GGUF:Q4_K_M": lambda r, work: _downloaded_pair(r),
+    ".venv/bin/tandem models import ~/models/gemma-4-E4B-it-Q4_K_M.gguf":
+        lambda r, work: "assistant" in r.stdout,  # its drafter was found beside it
+    ".venv/bin/tandem models verify": lambda r, work: "gemma-4-E4B-it-Q4_K_M" in r.stdout,
+}
 SERVE = ".venv/bin/tandem serve -m gemma-4-E4B-it-Q4_K_M.gguf -d gemma-4-E4B-it-assistant-Q8_0.gguf [--port 8080]"
 REMOTE = [
     '.venv/bin/tandem generate --server http://gpu-box:8080/v1 [--api-key K] [--model NAME] --json "Hello"',
@@ -206,25 +254,20 @@ REMOTE = [
 LOAD = ".venv/bin/tandem bench --server http://127.0.0.1:8080/v1 --concurrency 1 2 4 8"
 LOAD_SCRIPT = ".venv/bin/python scripts/bench_concurrency.py -m T.gguf -d D.gguf [--levels 1 2 4 8] [--max-tokens 64]"
 RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT}
+IN_PROSE = {LOAD}  # run too, though the README names it in its text (as URL), not in a block
 
 
 def test_use_section(place):
-    for cmd in USE:
-        _use(place, cmd)
+    for cmd, shows in USE.items():
+        r = run(place, concrete(cmd, **{"T.gguf": "models/tiny-target.gguf", "D.gguf": "models/tiny-drafter-a0.8.gguf",
+                                        "P.gguf": "models/mmproj-tiny.gguf"}))
+        assert shows(r, place["work"]), f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
 
 
 def test_models_section(place):
-    home = str(place["home"])
-    for cmd in MODELS:
-        r = run(place, concrete(cmd, FOLDER=str(place["work"] / "downloaded"), home=home))
-        if cmd.endswith("models list"):
-            assert "gemma-4-e4b" in r.stdout
-        elif "--dir" in cmd:
-            assert (place["work"] / "downloaded" / "gemma-4-E4B-it-Q4_K_M.gguf").exists()
-        elif "import" in cmd:
-            assert "assistant" in r.stdout  # its drafter was found beside it
-        elif "verify" in cmd:
-            assert "gemma-4-E4B-it-Q4_K_M" in r.stdout
+    for cmd, shows in MODELS.items():
+        r = run(place, concrete(cmd, FOLDER=str(place["work"] / "downloaded"), home=str(place["home"])))
+        assert shows(r, place["work"]), f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
 
 
 def test_serve_section_and_clients_of_it(place):
@@ -312,8 +355,10 @@ def test_window_starts(place):
     p = subprocess.Popen([str(TANDEM)], cwd=place["work"], env=place["env"], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
-        time.sleep(8)
-        assert p.poll() is None, p.stdout.read()
+        out = p.communicate(timeout=8)[0]  # returns only if it ends (a crash) within the 8 s
+        pytest.fail(f"the window ended, exit {p.returncode}:\n{out[-2000:]}")
+    except subprocess.TimeoutExpired:
+        pass  # still up
     finally:
         p.terminate()
         p.communicate(timeout=30)
