@@ -37,6 +37,7 @@ ELSEWHERE = {
     "bash packaging/install.sh && .venv/bin/tandem": "the set-up; .ci/run installs the same way "
                                                       "(the window it opens: test_window_starts)",
     "bash packaging/install.sh --dev && .venv/bin/python -m pytest -q": "the test command: this run",
+    ".venv/bin/python -m pytest": "the fast lane: this run less the tests marked slow",
     "llama-server": "llama.cpp's server (tests/e2e/test_remote.py runs it with the synthetic pair)",
     "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/e2e/test_remote.py)",
     "apt-get install": "Debian's packages for Xvfb",
