@@ -50,6 +50,14 @@ def gemma3_path():
 
 
 @pytest.fixture(scope="session")
+def bad(tiny, tmp_path_factory):
+    """Bad model files (tests/support/bad_files.py), written once for the in-process and CLI error tests."""
+    from .support.bad_files import write_bad_files
+
+    return write_bad_files(tmp_path_factory.mktemp("bad"), tiny)
+
+
+@pytest.fixture(scope="session")
 def engine07(tiny):
     """One engine with the agreement-0.7 drafter, shared by tests that reset it as needed."""
     from engine.local.engine import Engine
