@@ -13,7 +13,8 @@ Definitions (the same for every strategy, so numbers compare):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import copy
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -47,7 +48,9 @@ class GenerationStats:
     def snapshot(self) -> "GenerationStats":
         """A copy of the numbers as they are now: what an event carries, so that one kept while
         the generation goes on keeps the numbers it was made with."""
-        return replace(self, drafted_at=list(self.drafted_at), accepted_at=list(self.accepted_at))
+        snap = copy.copy(self)  # every event makes one: a shallow copy (half of dataclasses.replace's cost)
+        snap.drafted_at, snap.accepted_at = list(self.drafted_at), list(self.accepted_at)
+        return snap
 
     def count_positions(self, k: int, n_acc: int) -> None:
         while len(self.drafted_at) < k:
