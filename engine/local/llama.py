@@ -2,7 +2,7 @@
 
 `llama_cpp_ext` binds C++-mangled, explicitly unstable symbols, so the exact package
 version is pinned and checked here, and the engine imports `lib` and `ext` from here. (Three
-places reach the package beside them: media.py for mtmd's bindings, testmodels.py for the
+places reach the package beside them: media.py for mtmd's bindings, testmodels/writer.py for the
 quantizer, models/hardware.py for the folder of its shared libraries.)
 """
 

@@ -1,0 +1,309 @@
+"""The synthetic pair's shapes (`SynthConfig`, the sizes) and the GGUF writers of its target
+and MTP drafter tensors (see the package's docstring for how the weights make acceptance
+controllable), with the quantizing of a written file."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .vocab import chat_template, gemma4_vocab, successor, vocabulary, walk_successor
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Shape of a synthetic pair. Defaults are the `tiny` size."""
+
+    n_vocab: int = 512
+    n_embd: int = 64
+    n_ff: int = 128
+    n_head: int = 4
+    n_head_kv_swa: int = 2
+    n_head_kv_full: int = 1
+    head_dim_swa: int = 16
+    head_dim_full: int = 32
+    n_swa: int = 16
+    # S = sliding window, F = full. Last two must be S, F (the drafter shares those).
+    layers: str = "SSSFSF"
+    shared_kv_layers: int = 2
+    ple_width: int = 8
+    softcap: float = 30.0
+    n_ctx_train: int = 32768  # room for the bench suite of code edits (a file twice, char-level tokens)
+    drafter_embd: int = 32
+    drafter_ff: int = 64
+    drafter_head: int = 4
+    drafter_layers: str = "SSSF"
+    alpha: float = 0.3  # target deviation from the successor rule
+    alpha_dft: float = 0.1  # drafter noise (above ~0.3 it stops agreeing)
+    agreement: float = 1.0
+    # >= 0: the drafter agrees exactly on tokens with ids from this one up (and never below),
+    # so a reply walking up the vocabulary turns predictable half-way (adaptive-k tests)
+    agree_from: int = -1
+    seed: int = 0
+    quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
+    template: str = "tandem"  # "tandem": CHAT_TEMPLATE; "gemma4": Gemma 4's real template (tools)
+    vocab: str = "synthetic"  # "synthetic": vocabulary(); "gemma4": Gemma 4's real tokenizer (n_vocab 262144)
+
+
+TINY = SynthConfig()
+# E2B-shaped, about 1 B parameters (1.4 B with the separate successor head): Gemma 4 E2B's
+# width, head dims and 262k vocabulary, 16 layers without per-layer embeddings.
+E2B = SynthConfig(
+    n_vocab=262144, n_embd=1536, n_ff=6144, n_head=8, n_head_kv_swa=1, n_head_kv_full=1,
+    head_dim_swa=256, head_dim_full=512, n_swa=512, layers="SSSF" * 4, shared_kv_layers=0,
+    ple_width=0, drafter_embd=512, drafter_ff=2048, drafter_head=4, drafter_layers="SSSF",
+    alpha=0.05, alpha_dft=0.05, quantize="Q4_0", template="gemma4", vocab="gemma4",
+)
+SIZES = {"tiny": TINY, "e2b": E2B}
+VOCABS = ("synthetic", "gemma4")
+# What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real
+# vocabulary its template, smaller deviations (among 262k tokens a deviation of the tiny
+# target's 0.3 often makes another token win: the walk would no longer be predictable), and
+# a wider drafter (32 dimensions tell 262k tokens apart badly; llama.cpp wants it narrower
+# than the target).
+VOCAB_DEFAULTS = {"gemma4": {"template": "gemma4", "alpha": 0.1, "alpha_dft": 0.05, "drafter_embd": 48},
+                  "synthetic": {"template": "tandem"}}
+
+def successor_of(cfg: SynthConfig) -> np.ndarray:
+    return walk_successor(gemma4_vocab()) if cfg.vocab == "gemma4" else successor(cfg.n_vocab)
+
+
+def random_weights(rng, shape, scale):
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(np.float32)
+
+
+class _Raw:
+    """A metadata value already serialized (its type, then its bytes), as another GGUF holds it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def _add_raw(w, key: str, data: bytes) -> None:
+    """Copy one metadata value byte for byte (gguf's writer would repack a 262k vocabulary and
+    its 515k merges item by item: seconds per file)."""
+    import gguf
+
+    if not getattr(w, "_tandem_raw", False):
+        pack = w._pack_val  # gguf==0.19.0 (pinned): write_kv_data_to_file packs each value with it
+
+        def pack_val(val, vtype, add_vtype, sub_type=None):
+            if isinstance(val, _Raw):
+                assert add_vtype
+                return val.data
+            return pack(val, vtype, add_vtype, sub_type)
+
+        w._pack_val = pack_val
+        w._tandem_raw = True
+    w.add_key_value(key, _Raw(data), gguf.GGUFValueType.ARRAY)
+
+
+def _add_vocab(w, cfg: SynthConfig):
+    if cfg.vocab == "gemma4":
+        for key, data in gemma4_vocab().raw.items():
+            _add_raw(w, key, data)
+        return
+    toks, scores, types = vocabulary(cfg.n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_pad_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_bos_token_id(2)
+    w.add_unk_token_id(3)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def _common_attn_keys(w, cfg: SynthConfig, pattern: str, head_count: int, kv_heads: list[int]):
+    w.add_context_length(cfg.n_ctx_train)
+    w.add_block_count(len(pattern))
+    w.add_head_count(head_count)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(cfg.head_dim_full)
+    w.add_value_length(cfg.head_dim_full)
+    w.add_key_length_swa(cfg.head_dim_swa)
+    w.add_value_length_swa(cfg.head_dim_swa)
+    w.add_rope_dimension_count(cfg.head_dim_full)
+    w.add_rope_dimension_count_swa(cfg.head_dim_swa)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(1e4)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(cfg.n_swa)
+    w.add_sliding_window_pattern([c == "S" for c in pattern])
+
+
+def _rope_freqs(head_dim_full: int) -> np.ndarray:
+    # Proportional RoPE factors as the converter writes them: 1.0 for the rotated half, then "off".
+    n = head_dim_full // 2
+    f = np.full(n, 1e30, dtype=np.float32)
+    f[: n // 2] = 1.0
+    return f
+
+
+def embeddings(cfg: SynthConfig, rng) -> np.ndarray:
+    e = rng.standard_normal((cfg.n_vocab, cfg.n_embd), dtype=np.float32)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    return e
+
+
+def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> None:
+    import gguf
+
+    d, L = cfg.n_embd, len(cfg.layers)
+    assert cfg.layers[-2:] == "SF", "a gemma4 target's last two layers must be sliding then full"
+    n_kv_from_start = L - cfg.shared_kv_layers
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    w.add_name("Tandem synthetic gemma4 target")
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(cfg.n_ff)
+    kv = [cfg.n_head_kv_swa if c == "S" else cfg.n_head_kv_full for c in cfg.layers]
+    _common_attn_keys(w, cfg, cfg.layers, cfg.n_head, kv)
+    if cfg.shared_kv_layers:
+        w.add_shared_kv_layers(cfg.shared_kv_layers)
+    w.add_embedding_length_per_layer_input(cfg.ple_width)
+    w.add_final_logit_softcapping(cfg.softcap)
+    w.add_file_type(ftype)
+    _add_vocab(w, cfg)
+    w.add_chat_template(chat_template(cfg.template))
+
+    _half_matrices(w, ftype)
+    a = np.float32(cfg.alpha)
+    w.add_tensor("token_embd.weight", emb)
+    # Successor head: logits[succ(t)] is large after reading token t (~20 before the softcap).
+    head = np.zeros_like(emb)
+    np.add.at(head, successor_of(cfg), emb * np.float32(20.0 / math.sqrt(d)))
+    w.add_tensor("output.weight", head)
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
+    P = cfg.ple_width
+    if P:
+        w.add_tensor("per_layer_token_embd.weight", random_weights(rng, (cfg.n_vocab, P * L), 1.0))
+        w.add_tensor("per_layer_model_proj.weight", random_weights(rng, (P * L, d), 1 / math.sqrt(d)))
+        w.add_tensor("per_layer_proj_norm.weight", np.ones(P, np.float32))
+    for i, c in enumerate(cfg.layers):
+        hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
+        H, K = cfg.n_head, kv[i]
+        b = f"blk.{i}."
+        _add_block(w, b, rng, d, hd, H, cfg.n_ff, a, kv_heads=K if i < n_kv_from_start else 0)
+        if P:
+            w.add_tensor(b + "inp_gate.weight", random_weights(rng, (P, d), 1 / math.sqrt(d)))
+            w.add_tensor(b + "proj.weight", random_weights(rng, (d, P), 1 / math.sqrt(P)))
+            w.add_tensor(b + "post_norm.weight", np.full(d, a, np.float32))
+    write_out(w)
+
+
+def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> None:
+    import gguf
+
+    d, A, V = cfg.n_embd, cfg.drafter_embd, cfg.n_vocab
+    assert cfg.drafter_layers[-1] == "F"
+    w = gguf.GGUFWriter(str(path), "gemma4-assistant")
+    w.add_name("Tandem synthetic gemma4 MTP drafter")
+    w.add_embedding_length(A)
+    w.add_embedding_length_out(d)
+    w.add_feed_forward_length(cfg.drafter_ff)
+    w.add_nextn_predict_layers(len(cfg.drafter_layers))
+    # Each drafter layer reads the KV heads of the target layer it shares.
+    kv = [cfg.n_head_kv_swa if c == "S" else cfg.n_head_kv_full for c in cfg.drafter_layers]
+    _common_attn_keys(w, cfg, cfg.drafter_layers, cfg.drafter_head, kv)
+    w.add_file_type(ftype)
+    _add_vocab(w, cfg)
+
+    _half_matrices(w, ftype)
+    ad = np.float32(cfg.alpha_dft)
+    # Orthonormal projection of the target's embedding space into the drafter's width.
+    q, _ = np.linalg.qr(rng.standard_normal((d, A)).astype(np.float32))
+    proj = q.T.astype(np.float32)  # (A, d), orthonormal rows
+    pre = np.concatenate([proj, random_weights(rng, (A, d), float(ad) / math.sqrt(d))], axis=1)
+    w.add_tensor("nextn.pre_projection.weight", pre)  # ggml [2d, A]
+    w.add_tensor("nextn.post_projection.weight", proj.T.copy())  # ggml [A, d]
+
+    # sigma(t): the token the drafter proposes after t.
+    agree = rng.random(V) < cfg.agreement
+    if cfg.agree_from >= 0:
+        agree = np.arange(V) >= cfg.agree_from
+    succ = successor_of(cfg)
+    other = (succ + rng.integers(1, V - 1, V)) % V  # never equal to succ
+    if cfg.vocab == "gemma4":
+        # Among 262k rows, random ones would often gather two or three embeddings, and such a
+        # row outscores the right one for most tokens (see walk_successor): each disagreeing
+        # token proposes its own token instead, one no agreeing token proposes.
+        taken = np.zeros(V, bool)
+        taken[succ[agree]] = True
+        free, dis = np.flatnonzero(~taken), np.flatnonzero(~agree)
+        other = succ.copy()
+        other[dis] = free[rng.permutation(len(free))[:len(dis)]]
+    sigma = np.where(agree, succ, other)
+    pe = emb @ proj.T
+    pe /= np.linalg.norm(pe, axis=1, keepdims=True)
+    head = np.zeros((V, A), np.float32)
+    np.add.at(head, sigma, pe * np.float32(20.0 / math.sqrt(A)))
+    w.add_tensor("token_embd.weight", head)
+    w.add_tensor("output_norm.weight", np.ones(A, np.float32))
+    w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
+    for i, c in enumerate(cfg.drafter_layers):
+        hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
+        H = cfg.drafter_head
+        b = f"blk.{i}."
+        _add_block(w, b, rng, A, hd, H, cfg.drafter_ff, ad)
+    write_out(w)
+
+
+def _half_matrices(w, ftype) -> None:
+    """For F16 files, store matrices as float16 (norms and scales stay float32, as llama.cpp wants)."""
+    import gguf
+
+    if ftype != gguf.LlamaFileType.MOSTLY_F16:
+        return
+    add = w.add_tensor
+
+    def add_half(name, arr, *a, **k):
+        return add(name, arr.astype(np.float16) if arr.ndim == 2 else arr, *a, **k)
+
+    w.add_tensor = add_half
+
+
+def _add_block(w, b: str, rng, width: int, hd: int, heads: int, ff: int, post_scale, kv_heads: int = 0) -> None:
+    """One transformer block's tensors (Gemma 4 naming). Layers that own a KV cache get K and
+    V projections (kv_heads > 0); KV-sharing layers and the drafter's Q-only layers do not.
+    `post_scale` weights the post-norms: how far the block moves the residual stream."""
+    w.add_tensor(b + "attn_norm.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "attn_q.weight", random_weights(rng, (hd * heads, width), 1 / math.sqrt(width)))
+    if kv_heads:
+        w.add_tensor(b + "attn_k.weight", random_weights(rng, (hd * kv_heads, width), 1 / math.sqrt(width)))
+        w.add_tensor(b + "attn_v.weight", random_weights(rng, (hd * kv_heads, width), 1 / math.sqrt(width)))
+        w.add_tensor(b + "attn_k_norm.weight", np.ones(hd, np.float32))
+    w.add_tensor(b + "attn_output.weight", random_weights(rng, (width, hd * heads), 1 / math.sqrt(hd * heads)))
+    w.add_tensor(b + "attn_q_norm.weight", np.ones(hd, np.float32))
+    w.add_tensor(b + "post_attention_norm.weight", np.full(width, post_scale, np.float32))
+    w.add_tensor(b + "layer_output_scale.weight", np.ones(1, np.float32))
+    w.add_tensor(b + "ffn_norm.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "ffn_gate.weight", random_weights(rng, (ff, width), 1 / math.sqrt(width)))
+    w.add_tensor(b + "ffn_up.weight", random_weights(rng, (ff, width), 1 / math.sqrt(width)))
+    w.add_tensor(b + "ffn_down.weight", random_weights(rng, (width, ff), 1 / math.sqrt(ff)))
+    w.add_tensor(b + "post_ffw_norm.weight", np.full(width, post_scale, np.float32))
+
+
+def write_out(w) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src: Path, dst: Path, qtype: str) -> None:
+    import llama_cpp
+
+    from ..local.llama import ensure_backend
+
+    ensure_backend()  # routes llama.cpp's per-tensor log through our quiet filter
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}")
+    params.nthread = 0
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    if rc != 0:
+        raise RuntimeError(f"quantizing {src.name} to {qtype} failed ({rc})")
