@@ -21,6 +21,7 @@ from engine.local.engine import GenerationConfig
 
 from ..support.llamaserver import free_port
 from ..support.serve import Serve
+from ..support.waiting import wait_until
 
 MSGS = [{"role": "user", "content": "Hello world, this is a test"}]
 
@@ -118,12 +119,10 @@ def test_a_full_queue_answers_503_and_errors_have_openai_shape(server):
         done.append(c.chat.completions.create(model="x", messages=MSGS, max_tokens=3000).choices[0].finish_reason)
 
     threads = [threading.Thread(target=long) for _ in range(2)]  # one runs, one waits (queue of 1)
-    for t in threads:
-        t.start()
-        time.sleep(0.3)
-    t0 = time.time()
-    while server.health()["waiting"] < 1 and time.time() - t0 < 30:
-        time.sleep(0.02)
+    threads[0].start()
+    wait_until(lambda: server.health()["generating"], what="the first request to run")
+    threads[1].start()
+    wait_until(lambda: server.health()["waiting"] >= 1, what="the second request to queue")
     with pytest.raises(openai.APIStatusError) as e:
         c.chat.completions.create(model="x", messages=MSGS, max_tokens=5)
     assert e.value.status_code == 503 and e.value.body["code"] == "queue_full"
@@ -372,23 +371,16 @@ def test_a_queued_client_that_leaves_gives_up_its_place(server):
     running = threading.Thread(target=lambda: client(server).chat.completions.create(
         model="x", messages=MSGS, max_tokens=1500))
     running.start()
-    t0 = time.time()
-    while not server.health()["generating"] and time.time() - t0 < 30:
-        time.sleep(0.02)
+    wait_until(lambda: server.health()["generating"], what="the long request to run")
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         body = json.dumps({"messages": MSGS, "max_tokens": 5}).encode()
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        t0 = time.time()
-        while server.health()["waiting"] < 1 and time.time() - t0 < 30:
-            time.sleep(0.02)
+        wait_until(lambda: server.health()["waiting"] >= 1, what="the second request to queue")
         assert server.health()["waiting"] == 1
-    t0 = time.time()
-    while server.health()["waiting"] and time.time() - t0 < 10:
-        time.sleep(0.05)
-    assert server.health()["waiting"] == 0
+    wait_until(lambda: not server.health()["waiting"], timeout=10, what="the place of the client that left to free")
     running.join()
-    time.sleep(1)
+    time.sleep(1)  # time for a queued prompt that was wrongly kept to run: its absence has no event to wait on
     last = server.health()["last"]  # the latest generation is the long one: the queued one never ran
     assert not server.health()["generating"] and last["tokens"] == 1500, last
 
