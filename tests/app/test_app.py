@@ -638,13 +638,17 @@ def test_usable_at_800_by_600(qtbot, win):
     win.stack.setCurrentIndex(0)
     win.resize(800, 600)
     qtbot.waitUntil(lambda: win.size().width() == 800 and win.size().height() == 600, timeout=5000)
-    qtbot.wait(100)  # the stats fold into two rows on the resize; let the layout settle
-    assert win.stats_bar.charts.isHidden()  # folded away below 700 px: the chat keeps its room
-    for w in (win.picker, win.mtp_switch, win.draft_spin, win.think_switch, win.compare_btn, win.toolbar.help_btn,
-              win.toolbar.settings_btn, win.send_btn, *[lab for lab, _ in win.stats_bar.labels.values()]):
-        right = w.mapTo(win, QPoint(w.width(), 0)).x()
-        assert w.isVisible() and right <= win.width(), w
-        assert w.width() >= w.minimumSizeHint().width(), w  # nothing squeezed below its text
+
+    def laid_out():  # the stats fold into two rows on the resize (a layout pass or two later)
+        assert win.stats_bar.charts.isHidden()  # folded away below 700 px: the chat keeps its room
+        for w in (win.picker, win.mtp_switch, win.draft_spin, win.think_switch, win.compare_btn,
+                  win.toolbar.help_btn, win.toolbar.settings_btn, win.send_btn,
+                  *[lab for lab, _ in win.stats_bar.labels.values()]):
+            right = w.mapTo(win, QPoint(w.width(), 0)).x()
+            assert w.isVisible() and right <= win.width(), w
+            assert w.width() >= w.minimumSizeHint().width(), w  # nothing squeezed below its text
+
+    qtbot.waitUntil(laid_out, timeout=5000)
     assert win.chat_view.scroll.height() > 150 and win.input.isVisible()
     assert win.settings.get("show_charts", True) is True  # folding is not the user's choice: kept
 
