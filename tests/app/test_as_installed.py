@@ -26,6 +26,13 @@ def idle(w) -> bool:
     return w.send_btn.text() == "Send"
 
 
+def settled(w) -> bool:
+    """The reply is done and shown whole: its deferred Markdown render and its footer, which land
+    after the last token, are in."""
+    last = w.chat_view.widgets()[-1]
+    return idle(w) and not last.render_pending and last.footer.isVisible()
+
+
 def reopen(qtbot, tmp_path) -> MainWindow:
     """A new window on the same folder, as at the next start."""
     w = MainWindow(Settings(tmp_path / "settings.json"), Store(tmp_path / "chats.sqlite3"),
@@ -368,15 +375,16 @@ def test_the_chat_view_follows_a_long_reply_to_its_end(qtbot, tmp_path, tiny):
         bar = w.chat_view.scroll.verticalScrollBar()
         for text in ("Count to a thousand", "and on"):
             send(qtbot, w, text)
-        qtbot.wait(1300)  # the deferred Markdown render and the footer land after the last token
-        assert bar.maximum() > 0 and bar.value() == bar.maximum()
+        qtbot.waitUntil(lambda: settled(w), timeout=TIMEOUT)
+        QApplication.processEvents()  # the layout the last render asked for
+        qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=5000)
         w.settings["max_tokens"] = 300  # (the chat must still fit the context)
         w.input.setPlainText("and again")
         w.send()  # sending goes to the end; scrolling up while it streams stays up
         qtbot.waitUntil(lambda: len(w.chat_view.widgets()[-1].text) > 20, timeout=TIMEOUT)
         bar.setValue(0)
-        qtbot.waitUntil(lambda: idle(w), timeout=TIMEOUT)
-        qtbot.wait(1300)
+        qtbot.waitUntil(lambda: settled(w), timeout=TIMEOUT)
+        QApplication.processEvents()  # the layout the last render asked for
         assert bar.value() == 0 < bar.maximum()
     finally:
         w.close()
@@ -398,7 +406,7 @@ def test_a_new_compare_while_a_replay_plays(qtbot, tmp_path, tiny):
         assert page.replaying
         w.compare()
         qtbot.waitUntil(lambda: page.concluded and idle(w), timeout=TIMEOUT)
-        qtbot.wait(300)
+        qtbot.wait(300)  # room for the old replay's late text or error: an absence has no event to wait on
         assert not errors and not page.replaying
         from app.ui.render import for_display
 

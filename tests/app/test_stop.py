@@ -70,7 +70,7 @@ def test_stop_and_close_during_a_runaway_template(qtbot, tmp_path, tiny):
     win.session.worker.engine.template = ChatTemplate(RUNAWAY)  # as if the model file carried it
     win.input.setPlainText("hello")
     win.send()
-    qtbot.wait(300)
+    qtbot.wait(300)  # into the template's render, which says nothing the window could wait on
     assert win.session.busy
     win.stop()
     qtbot.waitUntil(lambda: not win.session.busy, timeout=5000)  # far below the 10 s render limit
