@@ -11,6 +11,7 @@ import httpx2 as httpx
 import pytest
 
 from ..support.prompts import PROMPTS
+from ..support.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # eight clients at once, replies of up to 1800 tokens
 
@@ -111,8 +112,7 @@ def test_tandem_serve_decodes_requests_together(tiny):
         shorts = [threading.Thread(target=short, args=(i,)) for i in range(3)]
         for t in shorts:
             t.start()
-        while min(len(v) for v in stamps.values()) < 5:
-            time.sleep(0.01)
+        wait_until(lambda: min(len(v) for v in stamps.values()) >= 5, 120, "three replies streaming", 0.01)
         sent = time.perf_counter()
         long_text = "the quick brown fox jumps over the lazy dog " * 60  # ~2.7k tokens of the tiny vocabulary
         for chunk in c.completions.create(model="tiny-target", prompt=long_text, max_tokens=2, stream=True):
@@ -137,10 +137,7 @@ def test_tandem_serve_decodes_requests_together(tiny):
         holders = [threading.Thread(target=hold, args=(i,)) for i in range(8)]
         for t in holders:
             t.start()
-        t0 = time.time()
-        while (s.health()["generating"], s.health()["waiting"]) != (4, 4) and time.time() - t0 < 60:
-            time.sleep(0.05)
-        assert (s.health()["generating"], s.health()["waiting"]) == (4, 4)
+        wait_until(lambda: (s.health()["generating"], s.health()["waiting"]) == (4, 4), 60, "4 running and 4 queued")
         refused = [httpx.post(f"{s.url}/chat/completions", timeout=30,
                               json={"model": "tiny-target", "messages": msgs[0], "max_tokens": 5}) for _ in range(2)]
         release.set()
