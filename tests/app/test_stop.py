@@ -78,7 +78,7 @@ def test_stop_and_close_during_a_runaway_template(qtbot, tmp_path, tiny):
     # a second runaway request, then closing the window while it renders
     win.input.setPlainText("again")
     win.send()
-    qtbot.wait(300)
+    qtbot.wait(300)  # into the render again
     t0 = time.monotonic()
     win.close()
     assert time.monotonic() - t0 < TIMEOUT / 1000

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from urllib.parse import urlsplit
 
 import anthropic
@@ -18,6 +17,7 @@ import openai
 import pytest
 
 from ..support.tool_schemas import WEATHER
+from ..support.waiting import wait_until
 
 TOOL = {"name": "get_weather", "description": "The weather of a city", "input_schema": WEATHER}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -312,12 +312,8 @@ def test_llama_servers_slots_and_metrics_as_its_clients_read_them(server):
         next(line for line in lines if line.startswith("data:"))  # it generates: its slot is busy
         busy = [x for x in httpx.get(base + "/slots").json() if x["is_processing"]]
         assert len(busy) == 1 and sum(busy[0]["next_token"][0][k] for k in ("n_decoded", "n_remain")) == 4000
-    for _ in range(50):  # the client went away: its slot is free again
-        if not any(x["is_processing"] for x in httpx.get(base + "/slots").json()):
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the slot of a client that went away stays busy")
+    wait_until(lambda: not any(x["is_processing"] for x in httpx.get(base + "/slots").json()), 10,
+               "the slot of the client that went away to be free again")
     # the header as llama-server spells it (its tests look it up in a plain dict), and per-token times
     conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
     conn.request("GET", "/metrics")

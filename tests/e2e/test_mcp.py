@@ -22,6 +22,8 @@ from app.core.settings import Settings
 from engine.gemma4.call_grammar import check_tools
 from engine.gemma4.calls import NAME
 
+from ..support.waiting import wait_until
+
 pytestmark = pytest.mark.timeout(180)
 
 SERVER = str(Path(__file__).resolve().parents[1] / "support" / "mcp_test_server.py")
@@ -137,10 +139,8 @@ def test_a_tool_that_times_out_stops_its_server_to_start_it_again(connected, log
     assert out.kind == "timeout" and "2 s" in out.text and "slow" in out.text and "stopped" in out.text
     assert 1.9 <= took < 8
     assert not connected.connected("test") and connected.call("add", {"a": 1, "b": 1}).kind == "unknown"
-    t = time.monotonic()
-    while not lost and time.monotonic() - t < 10:
-        time.sleep(0.05)
-    assert lost and lost[0][0] == "test" and "did not answer within 2 s" in lost[0][1]
+    wait_until(lambda: lost, 10, "the server's loss to be said")
+    assert lost[0][0] == "test" and "did not answer within 2 s" in lost[0][1]
     connected.connect(stdio_config(log), CONNECT)
     assert connected.call("add", {"a": 1, "b": 1}).text == "2"
 
