@@ -9,11 +9,11 @@ from engine.local.engine import Engine, GenerationConfig
 from ..support.prompts import PROMPTS
 
 
-def run_all(engine, k, max_tokens=64, drafting=True):
+def run_all(engine, k, max_tokens=64, spec="mtp"):
     out = []
     for text in PROMPTS:
         engine.reset()
-        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, spec="mtp" if drafting else "none", draft_max=k)))
+        out.append(engine.run(engine.tokenize(text), GenerationConfig(max_tokens=max_tokens, spec=spec, draft_max=k)))
     return out
 
 
