@@ -3,8 +3,7 @@
 File names are resolved from each repository's file list; progress (bytes, speed, time
 left) is reported through a callback; a download can be cancelled from another thread and
 resumes from its partial file later; free disk space is checked before starting and the
-size and SHA-256 are verified afterwards. HF_HUB_OFFLINE is honoured.
-"""
+size and SHA-256 are verified afterwards. HF_HUB_OFFLINE is honoured."""
 
 from __future__ import annotations
 
