@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..support.media import png, tone
 from ..support.record_schema import SCHEMA, valid_record
 
@@ -104,6 +106,7 @@ def test_bench_on_the_model_alone_compares_lookup_and_a_schema(tiny, tmp_path):
     assert float(row.split()[-2].rstrip("x")) > 0
 
 
+@pytest.mark.slow  # the whole edit suite, every source: minutes
 def test_bench_edit_suite_rows_per_source(tiny, tmp_path):
     out = tmp_path / "b.json"
     r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--suite", "edits", "--max-tokens", "6",
@@ -116,6 +119,7 @@ def test_bench_edit_suite_rows_per_source(tiny, tmp_path):
         assert all(m["mismatches"] == 0 for m in res[group]["mtp"])
 
 
+@pytest.mark.slow  # a bench on Gemma 3: minutes
 def test_bench_counts_no_mismatch_where_the_batched_cache_moves_a_near_tie(gemma3_path, tmp_path):
     """Found with Gemma 3 270M Q4_K_M: lookup parted from baseline where the top two logits were
     0.02-0.07 apart, and bench called one of them a mismatch (a bug). Verifying drafts writes the

@@ -126,6 +126,7 @@ def test_reply_whose_agreement_changes_half_way(turning_pair):
         e.close()
 
 
+@pytest.mark.slow  # thousands of samples per arm
 def test_auto_sampling_keeps_the_distribution(tiny):
     """Two-sample chi-square over the next 3 tokens, auto MTP vs baseline, 1500 seeds each."""
     e = Engine.load(tiny["target"], tiny[0.7])

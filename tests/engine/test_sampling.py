@@ -31,6 +31,7 @@ def sampler(tiny):
     e.close()
 
 
+@pytest.mark.slow  # thousands of samples per arm
 def test_mtp_sampling_matches_target_distribution(sampler):
     prompt = sampler.tokenize("Hello world")
     base = samples(sampler, prompt, False, 3.0)
@@ -42,6 +43,7 @@ def test_mtp_sampling_matches_target_distribution(sampler):
     assert p > 1e-3, f"joint (first two tokens): p={p:.2g}"
 
 
+@pytest.mark.slow  # thousands of samples per arm
 def test_chi_square_detects_a_different_distribution(sampler):
     """The test above has power: a small change of temperature is caught."""
     prompt = sampler.tokenize("Hello world")
