@@ -4,7 +4,7 @@
 # a `tandem generate` on synthetic models. A missing package-data file or dependency fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf dist
+rm -rf dist build  # setuptools reuses build/lib: modules moved away since would ship in the wheel
 .venv/bin/python -m build --sdist --wheel --outdir dist . > /dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
