@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QTimer
 
-from engine.generation import AUTO, SPEC_NONE
+from engine.generation import choose_spec
 
 from .replies import ActiveReply
 
@@ -112,7 +112,7 @@ class CompareRuns:
         # fresh cache for each run, so both pay the same prefill; same seed for sampling (a
         # seed fixes the draft length, so greedy runs, which need none, keep auto's);
         # servers that cannot switch drafting off run the baseline on the baseline server
-        settings = self.reply_settings().but(spec=AUTO if drafting else SPEC_NONE, fresh=True,
+        settings = self.reply_settings().but(spec=choose_spec(drafting=drafting), fresh=True,
                                              seed=None if run.greedy else 1234,
                                              on_baseline_server=bool(info.remote and not drafting
                                                                      and not info.can_switch_mtp))

@@ -3,7 +3,7 @@ prompt, its attachments as files) and the generation settings with the chat's ow
 
 from __future__ import annotations
 
-from engine.generation import AUTO, SPEC_NONE
+from engine.generation import choose_spec
 
 from app.core.chat_types import ChatOptions, ModelInfo, ReplySettings
 from app.core.settings import sampling_params
@@ -43,7 +43,7 @@ def reply_settings(app_settings, options: ChatOptions, info: ModelInfo | None, t
     model can switch it (a server that drafts decides for itself)."""
     can = bool(info and info.can_draft and (not info.remote or info.can_switch_mtp))
     return ReplySettings(sampling=sampling_params(app_settings), max_tokens=app_settings["max_tokens"],
-                         spec=AUTO if options.drafting and can else SPEC_NONE, draft_max=options.draft_max,
+                         spec=choose_spec(drafting=options.drafting and can), draft_max=options.draft_max,
                          thinking=options.thinking, tools=tuple(tools))
 
 

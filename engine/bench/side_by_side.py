@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..local.engine import Engine
-from ..generation import AUTO, SERVER_DRAFT, SPEC_NONE, GenerationConfig, GenerationResult
+from ..generation import AUTO, SERVER_DRAFT, SPEC_NONE, GenerationConfig, GenerationResult, choose_spec
 from ..stats import GenerationStats
 from ..strategies.draft_control import AUTO_K_MAX, explain
 
@@ -253,7 +253,7 @@ def run_remote_bench(mtp, base, prompts: list[dict], max_tokens: int = 128, prog
     def run(backend, msgs, n, drafting=True):
         # the drafting choice reaches servers that switch it per request (tandem serve); others ignore it
         text, ev = [], None
-        spec = AUTO if drafting else SPEC_NONE
+        spec = choose_spec(drafting=drafting)
         for ev in backend.chat(msgs, GenerationConfig(max_tokens=n, seed=0, spec=spec, draft_max=draft_max)):
             text.append(ev.answer)
         return "".join(text), ev.stats
