@@ -162,7 +162,7 @@ def coding_shots(win, tmp: Path, wait, shot) -> None:
     shot("folder.png", folder)
     folder.close()
 
-    server = Path(__file__).resolve().parent.parent / "tests" / "mcp_test_server.py"
+    server = Path(__file__).resolve().parent.parent / "tests" / "support" / "mcp_test_server.py"
     win.settings["mcp_servers"] = [{"name": "notes", "transport": "stdio", "command": sys.executable,
                                     "args": [str(server)], "env": {}, "enabled": True}]
     win._tool_runner().refresh(load_servers(win.settings)[0])
