@@ -37,6 +37,23 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+THREADS_ENV = "TANDEM_THREADS"
+
+
+def automatic_threads() -> int:
+    """The threads "automatic" (0) means: $TANDEM_THREADS if set (as llama-server reads
+    LLAMA_ARG_THREADS), else the physical cores. Tiny models want 1: their graphs are
+    microseconds of work, so waking a thread team costs more than it saves."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return physical_cores()
+    cpus = os.cpu_count() or 1
+    if not raw.isdigit() or not 1 <= int(raw) <= cpus:
+        raise EngineError(f"{THREADS_ENV} must be a whole number from 1 to {cpus}, the CPUs of "
+                          f"this machine (got {raw!r})")
+    return int(raw)
+
+
 class TargetRunner:
     """Decodes token batches on the target context with one reusable batch."""
 
@@ -286,6 +303,7 @@ class Runtime:
     def _load(self, progress) -> None:
         o = self.options
         ti = self.target_info
+        self.n_threads = o.n_threads or automatic_threads()
         self.target_model = self._load_model(ti.path, o.target_gpu_layers, "target", progress)
         self.vocab = lib.llama_model_get_vocab(self.target_model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
@@ -295,7 +313,6 @@ class Runtime:
         # llama.cpp pads the context to a multiple of 256 but caps n_batch at the unpadded
         # size; asking for the padded size keeps the two consistent.
         n_ctx = max(MIN_CTX, -(-n_ctx // CTX_STEP) * CTX_STEP)
-        self.n_threads = o.n_threads or physical_cores()
         cp = _context_params(o, n_ctx, self.n_threads)
         self.target_ctx = lib.llama_init_from_model(self.target_model, cp)
         if not self.target_ctx:

@@ -122,3 +122,19 @@ def test_machine_facts_come_from_psutil():
     avail, total = system_ram()
     assert 0 < avail <= total and abs(total - psutil.virtual_memory().total) < 2**20
     assert 1 <= physical_cores() <= (os.cpu_count() or 1)
+
+
+def test_tandem_threads_sets_what_automatic_means(monkeypatch):
+    import os
+
+    from engine.errors import EngineError
+    from engine.local.runtime import THREADS_ENV, automatic_threads, physical_cores
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert automatic_threads() == physical_cores()
+    monkeypatch.setenv(THREADS_ENV, "1")
+    assert automatic_threads() == 1
+    for bad in ("two", "0", "-1", str((os.cpu_count() or 1) + 1)):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(EngineError, match=f"TANDEM_THREADS must be a whole number.*{bad!r}"):
+            automatic_threads()
