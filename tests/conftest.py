@@ -13,6 +13,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # the model library (and anything else per-user) of this test session, never the real user's
 os.environ["TANDEM_DATA_DIR"] = tempfile.mkdtemp(prefix="tandem-test-data-")
+# One CPU thread per engine, here and in every `tandem` the tests start. The synthetic models'
+# graphs are microseconds of work: with 2 threads each decode wakes an OpenMP team, and once a
+# process holds more teams than cores (engines on several threads, as here) libgomp stops
+# spinning and every wake-up sleeps. Measured: tests/engine took 522 s with 2 threads, 95 s with 1.
+os.environ.setdefault("TANDEM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
