@@ -132,9 +132,14 @@ class ChatOptions:
             k = AUTO
         names = data.get("allowed_tools")
         known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools"}
-        return cls(drafting=bool(data.get("use_mtp", True)), draft_max=k, thinking=bool(data.get("thinking", False)),
+
+        def switch(key, default):  # a stored switch is a JSON bool; 1 or "yes" is not one
+            value = data.get(key)
+            return value if isinstance(value, bool) else default
+
+        return cls(drafting=switch("use_mtp", True), draft_max=k, thinking=switch("thinking", False),
                    system_prompt=data["system_prompt"] if isinstance(data.get("system_prompt"), str) else "",
-                   tools=bool(data.get("tools", False)),
+                   tools=switch("tools", False),
                    allowed_tools=tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else (),
                    unknown=tuple((key, v) for key, v in data.items() if key not in known))
 

@@ -25,7 +25,7 @@ def test_old_stored_options_load_and_survive_a_change(tmp_path):
     try:
         o = s.conversation(cid).options
         assert (o.drafting, o.draft_max, o.thinking, o.allowed_tools, o.tools, o.system_prompt) == (
-            False, AUTO, True, ("today",), True, "")
+            False, AUTO, True, ("today",), False, "")  # "yes" is not a bool: the default
         s.update_chat_options(cid, system_prompt="Be brief.")
         o2 = s.conversation(cid).options
         assert o2 == o.but(system_prompt="Be brief.")  # the rest kept, the newer key too
@@ -42,3 +42,6 @@ def test_a_bad_draft_length_is_refused_where_the_options_are_made():
         ChatOptions().but(draft_max=0)
     assert ChatOptions.from_stored({"draft_max": 99}).draft_max == AUTO  # a stored one falls back
     assert ChatOptions.from_stored("not an object") == ChatOptions()
+    # a switch holds a bool; anything else is the default, as the docstring says
+    wrong = ChatOptions.from_stored({"use_mtp": "no", "thinking": 1, "tools": "false"})
+    assert (wrong.drafting, wrong.thinking, wrong.tools) == (True, False, False)
