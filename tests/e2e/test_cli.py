@@ -106,19 +106,6 @@ def test_bench_on_the_model_alone_compares_lookup_and_a_schema(tiny, tmp_path):
     assert float(row.split()[-2].rstrip("x")) > 0
 
 
-@pytest.mark.slow  # the whole edit suite, every source: minutes
-def test_bench_edit_suite_rows_per_source(tiny, tmp_path):
-    out = tmp_path / "b.json"
-    r = tandem("bench", "--model", tiny["target"], "--drafter", tiny[0.7], "--suite", "edits", "--max-tokens", "6",
-               "--draft-max", "3", "--json", out)
-    assert "code edits (4 prompts)" in r.stdout and "prose and explaining code (2 prompts)" in r.stdout
-    res = json.loads(out.read_text())
-    for group in ("code edits", "prose and explaining code"):
-        assert [(m["spec"], m["mode"]) for m in res[group]["mtp"]] == [("mtp", "mtp"), ("lookup", "lookup"),
-                                                                      ("auto", "hybrid")]
-        assert all(m["mismatches"] == 0 for m in res[group]["mtp"])
-
-
 @pytest.mark.slow  # a bench on Gemma 3: minutes
 def test_bench_counts_no_mismatch_where_the_batched_cache_moves_a_near_tie(gemma3_path, tmp_path):
     """Found with Gemma 3 270M Q4_K_M: lookup parted from baseline where the top two logits were

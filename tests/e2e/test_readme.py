@@ -212,6 +212,19 @@ def _json_reply(mode: str):
     return check
 
 
+def _suite_rows(out: str) -> bool:
+    """The edit suite's two groups, each with a row per draft source and no mismatch."""
+    groups = re.split(r"^(?=\S.*\(\d+ prompts\):$)", out, flags=re.M)
+    tables = {g.splitlines()[0]: g for g in groups if "prompts):" in g.splitlines()[0]}
+    if set(tables) != {"code edits (4 prompts):", "prose and explaining code (2 prompts):"}:
+        return False
+    for table in tables.values():
+        rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["mtp"], ["lookup"], ["hybrid"])]
+        if [row[0] for row in rows] != ["mtp", "lookup", "hybrid"] or any(row[-1] != "0" for row in rows):
+            return False
+    return True
+
+
 # The Use section, in its order (test models, replies, JSON, bench), each command with what its
 # output must show (r: the finished process, work: the folder it ran in); auto drafts with MTP and lookup
 USE = {
@@ -226,8 +239,7 @@ USE = {
     ".venv/bin/tandem bench --model T.gguf --drafter D.gguf --draft-max auto 1 2 3 4 --json bench.json":
         lambda r, work: "speed-up" in r.stdout and bool(json.loads((work / "bench.json").read_text())["mtp"]),
     '.venv/bin/tandem generate -m T.gguf --spec lookup "Hello"': _streamed,
-    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3":
-        lambda r, work: "code edits (4 prompts)" in r.stdout and "lookup" in r.stdout,
+    ".venv/bin/tandem bench -m T.gguf -d D.gguf --suite edits --draft-max 3": lambda r, work: _suite_rows(r.stdout),
     '.venv/bin/tandem generate -m T.gguf -d D.gguf [--mmproj P.gguf] --image photo.png --json "What is this?"':
         _json_reply("hybrid"),
 }
