@@ -8,6 +8,7 @@ up its place at once; one that leaves while generating stops its generation at t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -128,14 +129,20 @@ def api_of(path: str) -> str:
     return path.lstrip("/") or "/"
 
 
-async def watched(state: ServerState, api: str, events):
-    """A reply's stream, noting in the log when its client goes away before the end."""
+async def watched(state: ServerState, api: str, events, choices=()):
+    """A reply's stream, noting in the log when its client goes away before the end. Closing it
+    (the reply ended, or its client left) closes `events`, then the `choices` it streams (those
+    never read too), before it returns: left to the garbage collector, a generator that a
+    reference cycle keeps alive goes on pulling the engine's events to max_tokens."""
     ended = False
     try:
-        async for e in events:
-            yield e
+        async with contextlib.aclosing(events):
+            async for e in events:
+                yield e
         ended = True
     finally:
+        for c in choices:
+            await c.close()
         if not ended:
             state.note(api, "the client went away before the reply ended")
 

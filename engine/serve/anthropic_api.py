@@ -244,7 +244,7 @@ def router(state: ServerState) -> APIRouter:
         mid = "msg_" + uuid.uuid4().hex[:24]
         if req.stream:
             events = stream(state, choice, mid, t0, req.timings_per_token)
-            return EventSourceResponse(watched(state, "messages", events), ping=15)
+            return EventSourceResponse(watched(state, "messages", events, [choice]), ping=15)
         rep = await choice.run(request)
         state.finished("messages", [rep.stats], False, time.perf_counter() - t0)
         return message(state, rep, mid, Timings.of(rep.stats) if req.timings_per_token else None)

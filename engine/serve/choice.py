@@ -9,6 +9,7 @@ than the context, a bad grammar) gets its HTTP status, not a 200 with an error i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import AsyncIterator, Callable
 
 from fastapi import Request
@@ -83,9 +84,10 @@ class Choice:
     async def run(self, request: Request) -> ChoiceReply:
         """The whole choice (no streaming): stops early if the client goes away."""
         try:
-            async for _ in self.deltas():
-                if await request.is_disconnected():
-                    break
+            async with contextlib.aclosing(self.deltas()) as deltas:  # closed at once when the client left
+                async for _ in deltas:
+                    if await request.is_disconnected():
+                        break
         except Exception as e:
             raise from_exception(e) from None
         return self.reply
@@ -112,8 +114,9 @@ async def merged(streams: list):
 
     async def pump(it):
         try:
-            async for x in it:
-                await q.put(x)
+            async with contextlib.aclosing(it):
+                async for x in it:
+                    await q.put(x)
         except Exception as e:
             await q.put(e)
         finally:
@@ -130,9 +133,10 @@ async def merged(streams: list):
                 raise x
             else:
                 yield x
-    finally:
+    finally:  # each stream closed before this returns (see admission.watched)
         for t in tasks:
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thinking: bool) -> Choice:

@@ -16,6 +16,7 @@ refused by name unless they say "off"; none is silently ignored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import weakref
@@ -423,8 +424,9 @@ def router(state: ServerState) -> APIRouter:
 
         async def events():
             try:
-                async for chunk in merged([one(i, c) for i, c in enumerate(opened)]):
-                    yield {"data": json.dumps(chunk)}
+                async with contextlib.aclosing(merged([one(i, c) for i, c in enumerate(opened)])) as chunks:
+                    async for chunk in chunks:
+                        yield {"data": json.dumps(chunk)}
             except Exception as e:
                 err = from_exception(e)
                 state.note("completion", f"{err.status}: {err.message}")
@@ -433,6 +435,6 @@ def router(state: ServerState) -> APIRouter:
             state.finished("completion", [c.reply.stats for c in opened], True, time.perf_counter() - t0)
 
         ping = 15 if req.sse_ping_interval is None else max(req.sse_ping_interval, 0)
-        return EventSourceResponse(watched(state, "completion", events()), ping=ping)
+        return EventSourceResponse(watched(state, "completion", events(), opened), ping=ping)
 
     return r

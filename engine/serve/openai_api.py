@@ -10,6 +10,7 @@ index. A stream's first chunk names the role with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from dataclasses import replace
@@ -113,8 +114,9 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
 
     async def events():
         try:
-            async for c in merged([choice(i, c) for i, c in enumerate(opened)]):
-                yield c
+            async with contextlib.aclosing(merged([choice(i, c) for i, c in enumerate(opened)])) as chunks:
+                async for c in chunks:
+                    yield c
         except Exception as e:
             err = from_exception(e)
             state.note(api, f"{err.status}: {err.message}")
@@ -128,4 +130,4 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
         yield {"data": "[DONE]"}
         state.finished(api, done, True, time.perf_counter() - t0)
 
-    return EventSourceResponse(watched(state, api, events()), ping=15)
+    return EventSourceResponse(watched(state, api, events(), opened), ping=15)

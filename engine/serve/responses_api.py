@@ -306,7 +306,7 @@ def router(state: ServerState) -> APIRouter:
         rid, created = new_id("resp_"), int(time.time())
         if req.stream:
             events = stream(state, req, choice, rid, created, t0, spaces)
-            return EventSourceResponse(watched(state, "responses", events), ping=15)
+            return EventSourceResponse(watched(state, "responses", events, [choice]), ping=15)
         rep = await choice.run(request)
         out = Output()
         if "".join(rep.thinking):
