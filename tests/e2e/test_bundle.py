@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # PyInstaller builds the bundle: minutes
+# PyInstaller builds the bundle: minutes; in the wheel check's test process (that one empties dist/)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dist-folder")]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("xvfb-run") is None,

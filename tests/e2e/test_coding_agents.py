@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
+from ..support.once import once
 from ..support.serve import Serve
 
 pytestmark = pytest.mark.slow  # real agents on real-vocabulary models: minutes
@@ -51,6 +52,11 @@ def install(package: str) -> Path:
     if npm is None:
         pytest.skip(f"npm is not installed: {package} comes from the npm registry")
     where = Path.home() / ".cache" / "tandem" / "agents" / package.replace("/", "+")
+    with once(f"agent-{package.replace('/', '+')}"):
+        return _installed(npm, package, where)
+
+
+def _installed(npm: str, package: str, where: Path) -> Path:
     if not (where / "node_modules" / ".bin").is_dir():
         where.mkdir(parents=True, exist_ok=True)
         r = subprocess.run([npm, "install", "--prefix", str(where), "--no-audit", "--no-fund", package],

@@ -36,7 +36,8 @@ ENGINE_REPO = "ggml-org/gemma-4-E4B-it-GGUF"
 ELSEWHERE = {
     "bash packaging/install.sh && .venv/bin/tandem": "the set-up; .ci/run installs the same way "
                                                       "(the window it opens: test_window_starts)",
-    "bash packaging/install.sh --dev && .venv/bin/python -m pytest -q": "the test command: this run",
+    "bash packaging/install.sh --dev && .venv/bin/python -m pytest -q -n auto": "the test command: this run "
+                                                                              "(.ci/run's last line)",
     ".venv/bin/python -m pytest": "the fast lane: this run less the tests marked slow",
     "llama-server": "llama.cpp's server (tests/e2e/test_remote.py runs it with the synthetic pair)",
     "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/e2e/test_remote.py)",
@@ -199,6 +200,8 @@ def test_every_readme_block_is_run():
              and not any(c == x or x.startswith(c + " ") for x in commands)]
     assert not stale, f"commands here the README no longer has: {stale}"
     assert len(commands) >= 15  # the blocks were read at all
+    test_command = next(c for c in commands if "pytest" in c and "install.sh" in c)
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command  # CI runs what it says
 
 
 def _streamed(r, work) -> bool:

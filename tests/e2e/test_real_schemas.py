@@ -21,7 +21,8 @@ import httpx2 as httpx
 import jsonschema
 import pytest
 
-pytestmark = pytest.mark.slow  # 81 real schemas, up to 256 tokens each
+# 81 real schemas, up to 256 tokens each; one test process runs them all (the last test counts them)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real-schemas")]
 DATA = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench"
 SCHEMAS = sorted(DATA.glob("*/*.json"))
 MAX_TOKENS = 256

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow  # builds the wheel and installs it into a new environment: minutes
+@pytest.mark.xdist_group("dist-folder")  # check-wheel.sh empties dist/, where the bundle is built
 def test_wheel_installs_and_runs_in_a_fresh_venv():
     if not (ROOT / ".venv" / "llama-wheel.txt").exists():
         pytest.skip("run packaging/install.sh first (it records the llama-cpp-python wheel it built)")
