@@ -21,8 +21,9 @@ import httpx2 as httpx
 import jsonschema
 import pytest
 
-# 81 real schemas, up to 256 tokens each; one test process runs them all (the last test counts them)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real-schemas")]
+# 81 real schemas, up to 256 tokens each; one test process runs them all (--dist loadfile), so the
+# last test can count them
+pytestmark = pytest.mark.slow
 DATA = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench"
 SCHEMAS = sorted(DATA.glob("*/*.json"))
 MAX_TOKENS = 256
