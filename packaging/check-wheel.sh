@@ -4,10 +4,14 @@
 # a `tandem generate` on synthetic models. A missing package-data file or dependency fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf dist build  # setuptools reuses build/lib: modules moved away since would ship in the wheel
-.venv/bin/python -m build --sdist --wheel --outdir dist . > /dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the sdist, then the wheel built from it (build's default): a file the sdist lacks fails here, and
+# no build/ folder of the source tree is reused (setuptools would ship modules moved away since)
+.venv/bin/python -m build --outdir "$tmp/dist" . > /dev/null
+mkdir -p dist
+rm -f dist/tandem_chat-*  # the older version's files; the bundle's dist/Tandem stays
+cp "$tmp"/dist/tandem_chat-* dist/
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install -q "$(cat .venv/llama-wheel.txt)" dist/tandem_chat-*.whl
 cd "$tmp"  # away from the source tree: nothing can be imported from it

@@ -142,3 +142,12 @@ def real_vocab(models_dir, gemma4_vocab):
 
     t, d = make_test_models(models_dir / "real-vocab", "tiny", 0.7, vocab="gemma4")
     return {"target": t, 0.7: d}
+
+
+def pytest_collection_modifyitems(items):
+    """The files that hold slow tests first, each file's tests in their order: under `pytest -n`
+    (--dist loadfile) each worker takes the next file, so a file of minutes started last would
+    run alone at the end while the other workers idle."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (item.path not in slow_files, order[id(item)]))
