@@ -151,6 +151,7 @@ def test_a_server_that_reports_no_drafts_says_so_never_zero():
         srv.stop()
 
 
+@pytest.mark.slow  # starts two llama-servers and benches each
 def test_cli_bench_against_two_servers(tmp_path):
     """bench --server (with drafter) --baseline-server (without): the local JSON keys plus engine."""
     mtp, base = RecordedServer("vllm"), RecordedServer("ollama", model="google/gemma-4-31B-it")

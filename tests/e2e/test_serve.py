@@ -354,6 +354,7 @@ def test_a_local_server_answers_only_requests_to_a_loopback_name(server):
         assert httpx.get(server.url + "/models", timeout=10, headers={"Host": host}).status_code == 200, host
 
 
+@pytest.mark.slow  # waits out the server's 10 s header deadline
 def test_a_client_that_never_finishes_its_headers_is_let_go(server):
     from engine.serve import HEADER_TIMEOUT_S
 

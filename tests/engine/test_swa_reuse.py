@@ -71,6 +71,7 @@ def test_multi_turn_chat_with_replies_longer_than_the_window(pair, drafting):
         engine.close()
 
 
+@pytest.mark.slow  # a long chat on Gemma 3 270M: about 10 s
 def test_gemma3_new_chat_after_a_long_chat(gemma3_path):
     """The reported case on a real model: Gemma 3 270M (window 512)."""
     opts = LoadOptions(n_ctx=2048, n_batch=64, n_ubatch=64, n_threads=2)  # cache: 768 SWA cells
