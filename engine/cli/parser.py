@@ -196,7 +196,8 @@ def _add_make_test_models(sub) -> None:
     m.add_argument("--agreement", type=float, default=1.0, help="how often the drafter agrees, 0..1")
     m.add_argument("--vocab", choices=["synthetic", "gemma4"],
                    help="synthetic: a small character-level vocabulary (tiny's default); gemma4: Gemma 4's real "
-                        "tokenizer and chat template, from the pinned llama-cpp-python sdist (e2b's default)")
+                        "tokenizer, from the pinned llama-cpp-python sdist (e2b's default). Either carries "
+                        "Gemma 4's real chat template (tools, thinking)")
 
 
 def build_parser() -> argparse.ArgumentParser:

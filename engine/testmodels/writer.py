@@ -43,7 +43,7 @@ class SynthConfig:
     agree_from: int = -1
     seed: int = 0
     quantize: str | None = None  # e.g. "Q4_0" for the target; drafter then gets Q8_0
-    template: str = "tandem"  # "tandem": CHAT_TEMPLATE; "gemma4": Gemma 4's real template (tools)
+    template: str = "gemma4"  # "gemma4": Gemma 4's real template (tools, thinking); "tandem": CHAT_TEMPLATE
     vocab: str = "synthetic"  # "synthetic": vocabulary(); "gemma4": Gemma 4's real tokenizer (n_vocab 262144)
 
 
@@ -59,12 +59,11 @@ E2B = SynthConfig(
 SIZES = {"tiny": TINY, "e2b": E2B}
 VOCABS = ("synthetic", "gemma4")
 # What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real
-# vocabulary its template, smaller deviations (among 262k tokens a deviation of the tiny
+# vocabulary smaller deviations (among 262k tokens a deviation of the tiny
 # target's 0.3 often makes another token win: the walk would no longer be predictable), and
 # a wider drafter (32 dimensions tell 262k tokens apart badly; llama.cpp wants it narrower
 # than the target).
-VOCAB_DEFAULTS = {"gemma4": {"template": "gemma4", "alpha": 0.1, "alpha_dft": 0.05, "drafter_embd": 48},
-                  "synthetic": {"template": "tandem"}}
+VOCAB_DEFAULTS = {"gemma4": {"alpha": 0.1, "alpha_dft": 0.05, "drafter_embd": 48}, "synthetic": {}}
 
 def successor_of(cfg: SynthConfig) -> np.ndarray:
     return walk_successor(gemma4_vocab()) if cfg.vocab == "gemma4" else successor(cfg.n_vocab)

@@ -166,3 +166,19 @@ def test_no_tool_is_on_by_default(qtbot, tmp_path, gemma4_tools):
     assert w.tool_runner is None and w.session.tool_declarations() == []  # no server, and the SDK not loaded
     assert not w.composer.tools_btn.isEnabled() and "no MCP server is switched on" in w.composer.tools_btn.toolTip()
     w.close()
+
+
+def test_the_models_make_test_models_writes_can_try_tools(qtbot, tmp_path):
+    """They stand in for Gemma 4, so they carry its real chat template: the Tools switch is on
+    offer (with Tandem's simple template it said "this model's chat template has no tool calling")."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "app.main", "make-test-models", str(tmp_path / "models")], check=True,
+                   capture_output=True, timeout=300)
+    servers = [{"name": "notes", "transport": "stdio", "command": sys.executable, "args": [str(SERVER)],
+                "enabled": True}]
+    w = make_window(qtbot, tmp_path, tmp_path / "models" / "tiny-target.gguf",
+                    tmp_path / "models" / "tiny-drafter-a1.gguf", mcp_servers=servers)
+    qtbot.waitUntil(lambda: w.session.tools_available() == "", timeout=TIMEOUT)
+    assert w.composer.tools_btn.isEnabled()
+    w.close()
