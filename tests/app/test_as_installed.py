@@ -414,3 +414,29 @@ def test_a_new_compare_while_a_replay_plays(qtbot, tmp_path, tiny):
     finally:
         sys.excepthook = hook
         w.close()
+
+
+def test_settings_refuse_a_model_path_that_does_not_exist(qtbot, tmp_path, tiny):
+    """Found by a user: Settings → Model "64" (a number typed in the wrong box) was saved, and the
+    next start failed to load it. OK keeps the dialog open and says which file is missing."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.ui.dialogs.settings_dialog import SettingsDialog
+
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[1.0])
+    dlg = SettingsDialog(w.settings, w)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    dlg.target.setText("64")
+    dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok).click()
+    assert dlg.isVisible() and dlg.result() != SettingsDialog.Accepted
+    assert "64" in dlg.error.text() and "does not exist" in dlg.error.text() and dlg.error.isVisible()
+    assert w.settings["target"] == str(tiny["target"])  # nothing saved
+    dlg.target.setText(str(tiny["target"]))
+    dlg.drafter.setText(str(tmp_path / "gone.gguf"))
+    dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok).click()
+    assert dlg.isVisible() and "gone.gguf" in dlg.error.text()
+    dlg.drafter.setText("")  # no drafter is a choice
+    dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok).click()
+    assert dlg.result() == SettingsDialog.Accepted
+    w.close()

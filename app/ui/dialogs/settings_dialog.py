@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+                               QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.core.settings import Settings
 
@@ -86,6 +86,11 @@ class SettingsDialog(QDialog):
         tools.clicked.connect(self._tools)
         tools.setEnabled(hasattr(self.parent(), "open_tools"))
         form.addRow("Tools", tools)
+        self.error = QLabel()  # why OK did not close the dialog
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #c62828")  # red, legible on the light and the dark theme
+        self.error.hide()
+        form.addRow(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -104,8 +109,28 @@ class SettingsDialog(QDialog):
         if path:
             edit.setText(path)
 
+    def problem(self) -> tuple[str, QLineEdit | None]:
+        """What keeps these values from being saved, and the field it is in (("", None): nothing)."""
+        for edit, what in ((self.target, "model"), (self.drafter, "MTP drafter")):
+            path = os.path.expanduser(edit.text().strip())
+            if path and not os.path.isfile(path):
+                return f"The {what} file {path!r} does not exist: choose the file with Browse…", edit
+        return "", None
+
+    def accept(self) -> None:
+        """OK: saved only when the model files exist (a path typed wrong would fail the next start)."""
+        message, field = self.problem()
+        if field is not None:
+            self.error.setText(message)
+            self.error.show()
+            field.setFocus()
+            field.selectAll()
+            return
+        super().accept()
+
     def values(self) -> dict:
-        v = {"target": self.target.text().strip(), "drafter": self.drafter.text().strip(),
+        v = {"target": os.path.expanduser(self.target.text().strip()),
+             "drafter": os.path.expanduser(self.drafter.text().strip()),
              "system_prompt": self.system.toPlainText(), "theme": self.theme.currentText()}
         for key, w in self.fields.items():
             v[key] = w.value()
