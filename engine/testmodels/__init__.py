@@ -57,8 +57,8 @@ def make_test_models(outdir: str | Path, size: str = "tiny", agreement: float = 
     (synthetic for tiny, gemma4 for e2b). The tag is the size, then "-<vocab>" when the
     vocabulary is not the size's own, then "-custom" with overrides: tiny, tiny-gemma4, e2b,
     e2b-synthetic. A vocabulary that is not the size's own brings VOCAB_DEFAULTS. Every pair
-    carries Gemma 4's real chat template (tools, thinking) unless `template="tandem"`. With the real vocabulary matrices are stored as F16 (a tiny pair
-    is about 140 MB, not 270).
+    carries Gemma 4's real chat template (tools, thinking) unless `template="tandem"`. With the
+    real vocabulary matrices are stored as F16 (a tiny pair is about 140 MB, not 270).
 
     The target does not depend on `agreement`, so several drafters can share one target.
     """

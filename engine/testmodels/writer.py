@@ -58,8 +58,8 @@ E2B = SynthConfig(
 )
 SIZES = {"tiny": TINY, "e2b": E2B}
 VOCABS = ("synthetic", "gemma4")
-# What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real
-# vocabulary smaller deviations (among 262k tokens a deviation of the tiny
+# What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real one
+# brings smaller deviations (among 262k tokens a deviation of the tiny
 # target's 0.3 often makes another token win: the walk would no longer be predictable), and
 # a wider drafter (32 dimensions tell 262k tokens apart badly; llama.cpp wants it narrower
 # than the target).
