@@ -29,6 +29,7 @@ class Composer(QWidget):
         super().__init__(parent)
         self.info = None  # the loaded model's app.core.chat_types.ModelInfo
         self.editing = None  # the MessageWidget whose new version is in the input box
+        self.set_aside = ("", [])  # while editing: the input's text and attachments from before, for Esc
         # counts tokens: (texts, callback(counts, exact)) -> None, answered on the GUI thread
         self.counter = None
         self.context_used, self.n_ctx = 0, 0  # the open chat's tokens and the context, as last counted
@@ -105,6 +106,8 @@ class Composer(QWidget):
 
     def begin_edit(self, w) -> None:
         """Put a message back in the input box; sending makes a new version of it."""
+        if self.editing is None:  # (editing another message keeps the first draft aside)
+            self.set_aside = (self.input.toPlainText(), self.attach_bar.take())
         self.editing = w
         self.edit_banner.show()
         self.restore(w)
@@ -120,19 +123,30 @@ class Composer(QWidget):
         self.input.setFocus()
 
     def cancel_edit(self) -> None:
+        """Leave the edit: the input holds again what it held before it."""
         if self.editing is not None:
-            self.editing = None
             self.attach_bar.clear()
-            self.edit_banner.hide()
-            self.editing_changed.emit(None)
+            self._give_back_draft()
+            self.editing_changed.emit(None)  # the edited message and what follows it shown again
 
-    def take(self) -> tuple[str, list, object]:
-        """What to send: the text, the attachments, and the message it is a new version of (or None)."""
-        text, editing = self.input.toPlainText().strip(), self.editing
-        self.input.clear()
+    def _give_back_draft(self) -> None:
         self.editing = None
         self.edit_banner.hide()
-        return text, self.attach_bar.take(), editing
+        text, attachments = self.set_aside
+        self.set_aside = ("", [])
+        self.input.setPlainText(text)
+        for item in attachments:
+            self._add(item)
+
+    def take(self) -> tuple[str, list, object]:
+        """What to send: the text, the attachments, and the message it is a new version of (or None).
+        After an edit the input holds again the draft from before it."""
+        text, editing = self.input.toPlainText().strip(), self.editing
+        attachments = self.attach_bar.take()
+        self.input.clear()
+        if editing is not None:
+            self._give_back_draft()  # (the session shows the new version where the old one was)
+        return text, attachments, editing
 
     def refusal(self, kind: str) -> str | None:
         """None when the loaded model reads that kind ("text", "image", "audio"), else why not."""

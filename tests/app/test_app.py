@@ -131,6 +131,25 @@ def test_edit_and_regenerate(qtbot, win):
     assert reply.text
 
 
+def test_esc_while_editing_gives_back_the_draft_that_was_in_the_input(qtbot, win):
+    """Found by a user: Esc left the edited message's text in the input (sending it then made a
+    new message without its file). Leaving an edit puts back what the input held before it."""
+    from PySide6.QtCore import Qt
+
+    send(qtbot, win, "first question")
+    win.input.setPlainText("a draft of the next one")
+    first = [w for w in win.chat_view.widgets() if w.role == "user"][0]
+    win.edit_message(first)
+    assert win.input.toPlainText() == "first question"
+    qtbot.keyClick(win.input, Qt.Key_Escape)
+    assert win.composer.editing is None and not first.isHidden()
+    assert win.input.toPlainText() == "a draft of the next one"
+    win.edit_message(first)  # and sending the edit gives the draft back too
+    win.input.setPlainText("first question, edited")
+    reply = send(qtbot, win, "first question, edited")
+    assert reply.text and win.input.toPlainText() == "a draft of the next one"
+
+
 def test_token_origins_view_tints_tokens(qtbot, win):
     reply = send(qtbot, win, "Hello world")
     assert any(d for _, d in reply.origins) and not all(d for _, d in reply.origins)
