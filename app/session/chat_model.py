@@ -84,6 +84,7 @@ class ChatModel(QObject):
                 if call is not None:
                     kind = (m.tool or {}).get("kind", "ok")
                     call.state = kind
+                    call.server = str((m.tool or {}).get("server", ""))
                     call.text = m.content if kind == "ok" else m.content.split(": ", 1)[-1].rstrip(".")
                 continue
             calls = {str(c.get("id", "")): ToolCall(str(c.get("id", "")), str(c.get("name", "")),

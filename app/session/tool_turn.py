@@ -116,8 +116,9 @@ class ToolTurns(QObject):
         call = turn.calls[call_id]
         for_model = text if kind == "ok" else f"The call did not run: {text}." if kind in ("denied", "stopped") \
             else f"The call failed: {text}"
+        server = self.model.call(turn.mid, call_id).server  # kept, so the card names it after a restart
         self.store.add_message(turn.cid, "tool", for_model, tool={"call_id": call_id, "name": call["name"],
-                                                                  "kind": kind})
+                                                                  "kind": kind, "server": server})
         self.model.set_call(turn.mid, call_id, kind, text)
         turn.pending.remove(call_id)
         if kind not in ("ok", "stopped"):

@@ -120,6 +120,7 @@ def test_a_call_waits_for_the_user_and_the_model_answers_after_it(qtbot, win, tm
     w2.open_conversation(cid)
     cards = [c for w in w2.chat_view.widgets() for c in w.tool_cards.values()]
     assert [c.state for c in cards] == ["ok", "denied", "ok", "ok"] and "denied" in cards[1].status.text()
+    assert all(c.title.text() == "⚙ today  ·  notes" for c in cards)  # each names its server, as before
     # the chat's Tools switch and its "always allowed" tool survive the restart
     assert w2.session.tools_on() and w2.session.chat_options().allowed_tools == ("today",)
     assert w2.settings["mcp_servers"][0]["enabled"] is True
