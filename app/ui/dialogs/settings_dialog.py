@@ -88,7 +88,7 @@ class SettingsDialog(QDialog):
         form.addRow("Tools", tools)
         self.error = QLabel()  # why OK did not close the dialog
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #c62828")  # red, legible on the light and the dark theme
+        self.error.setObjectName("formError")  # red, the theme's (resources/styles)
         self.error.hide()
         form.addRow(self.error)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
