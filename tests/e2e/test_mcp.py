@@ -128,6 +128,7 @@ def test_a_failing_tool_is_one_line(connected):
     assert connected.call("add", "not an object").kind == "error"
 
 
+@pytest.mark.slow  # waits out a call's time limit, then a restart
 def test_a_tool_that_times_out_stops_its_server_to_start_it_again(connected, log):
     """Found by a user: a frozen server stayed frozen, every later call timing out too. A call
     that times out stops its server (said), and a later connect starts it again."""
@@ -300,6 +301,7 @@ def test_runner_restarts_a_server_that_crashed(qtbot, runner, log):
     assert sig.args[1].text == "4"
 
 
+@pytest.mark.slow  # waits out a call's time limit, then a restart
 def test_runner_restarts_a_server_whose_call_timed_out(qtbot, runner, log):
     with qtbot.waitSignal(runner.listed, timeout=CONNECT * 1000):
         runner.refresh([stdio_config(log)])

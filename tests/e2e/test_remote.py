@@ -59,6 +59,7 @@ def test_cli_generate_against_the_server(mtp_server):
     assert r["stats"]["accepted_tokens"] == after.accepted_tokens - before.accepted_tokens
 
 
+@pytest.mark.slow  # a long reply streamed from llama-server, stopped, and the server checked after
 def test_stop_is_immediate_while_the_server_streams(mtp_server):
     b = RemoteBackend(mtp_server.url)
     try:
