@@ -200,9 +200,14 @@ class StatsBar(QWidget):
     def _one_row_width(self) -> int:
         return sum(lab.sizeHint().width() for lab, _ in self.labels.values()) + 14 * len(self.FIELDS) + 16
 
+    def _fit(self) -> None:
+        """One row if the numbers' texts fit the bar's width, else two: on a resize, and after the
+        texts change (a longer text in one row would be clipped until the next resize)."""
+        self._reflow(len(self.FIELDS) if self.width() >= self._one_row_width() else 3)
+
     def resizeEvent(self, e):
         super().resizeEvent(e)
-        self._reflow(len(self.FIELDS) if self.width() >= self._one_row_width() else 3)
+        self._fit()
 
     def minimumSizeHint(self):
         hint = super().minimumSizeHint()
@@ -247,6 +252,7 @@ class StatsBar(QWidget):
             self.chart.clear_series()
             self.bars.set_values([])
         self._last_live = -1.0
+        self._fit()
 
     def update_stats(self, s: dict, t: float | None = None, final: bool = False):
         if t is not None and not final:  # live updates are throttled; the final one always shows
@@ -264,6 +270,7 @@ class StatsBar(QWidget):
                   "not reported" if s.get("drafts_reported") is False and s.get("mode") == "remote" else "–")
         self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
         self._set_k(s)
+        self._fit()
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only

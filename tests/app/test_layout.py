@@ -1,0 +1,53 @@
+"""The window's layout at small and usual sizes: the stats strip, the file chips and the diff
+dialog show whole, inside the window, without the user resizing anything. Offscreen Qt lays
+widgets out for real, so these are geometry checks, not guesses."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, QRect
+
+from ..support.window import make_window
+
+LONGEST_STATS = {  # the numbers that make every label of the strip its longest
+    "decode_tps": 1234.5, "ttft_s": 12.34, "prefill_tps": 2109.0, "media_s": 12.34, "acceptance_rate": None,
+    "drafts_reported": False, "mode": "remote", "mean_accepted_length": 3.45,
+}
+PAUSED = {"decode_tps": 1234.5, "ttft_s": 12.34, "prefill_tps": 2109.0, "media_s": 12.34, "acceptance_rate": 0.123,
+          "mode": "mtp", "draft_max": 0, "engine": "llama.cpp", "paused": True, "mean_accepted_length": 3.45}
+
+
+@pytest.fixture
+def win(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
+    yield w
+    if w.isVisible():
+        w.close()
+
+
+def inside(win, w) -> bool:
+    """`w`'s whole rectangle lies in the window's."""
+    top_left = w.mapTo(win, QPoint(0, 0))
+    return QRect(QPoint(0, 0), win.size()).contains(QRect(top_left, w.size()))
+
+
+def whole(lab) -> bool:
+    """A label shows all its text: it is at least as wide as the text, and inside the window."""
+    return lab.isVisible() and lab.contentsRect().width() >= lab.fontMetrics().horizontalAdvance(lab.text())
+
+
+@pytest.mark.parametrize("stats", [LONGEST_STATS, PAUSED], ids=["not-reported", "mtp-paused"])
+def test_the_stats_strip_shows_every_label_whole_at_800_by_600(qtbot, win, stats):
+    win.resize(800, 600)
+    qtbot.waitUntil(lambda: win.size().width() == 800 and win.size().height() == 600, timeout=5000)
+    qtbot.wait(50)  # the resize's layout passes are over: the texts change after them, as in use
+    win.session.live_stats.emit(stats, None, True)
+    labels = [lab for lab, _ in win.stats_bar.labels.values()]
+    assert "2109 tok/s + 12.34 s reading media" in labels[2].text()
+
+    def laid_out():
+        for lab in labels:
+            assert whole(lab) and inside(win, lab), (lab.text(), lab.geometry())
+
+    qtbot.waitUntil(laid_out, timeout=3000)
+    assert win.width() == 800  # the strip made room by itself, not by widening the window
