@@ -11,13 +11,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QImageReader, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QWidget
 
 from engine.local.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
 
 from app.core.text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
 
 THUMB = 72  # px, the long side of a thumbnail
+CHIP_CHARS = 40  # a chip's words are cut in the middle past about this many characters' width
 # any file may be a text file (told by its content), so the dialog shows all files by default
 FILE_FILTER = ("All files (*);;Pictures and sounds (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.wav *.mp3 *.flac)")
 
@@ -130,25 +131,49 @@ def tile(pixmap: QPixmap, label: str, kind: str) -> QLabel:
     w.setToolTip(label)
     if kind == "image" and not pixmap.isNull():
         w.setPixmap(pixmap)
-    else:
-        w.setText({"audio": "♪ ", "text": "▤ "}.get(kind, "") + label)
+    else:  # a long name is cut in the middle (its start and its extension stay); the tip has it whole
+        fm = w.fontMetrics()
+        w.setText({"audio": "♪ ", "text": "▤ "}.get(kind, "") +
+                  fm.elidedText(label, Qt.ElideMiddle, fm.averageCharWidth() * CHIP_CHARS))
         w.setTextFormat(Qt.PlainText)
     w.setObjectName("attachmentTile")
     return w
 
 
 class AttachmentBar(QWidget):
-    """The attachments waiting in the input box, each with a remove button."""
+    """The attachments waiting in the input box, each with a remove button. The chips scroll
+    sideways within the composer's width: however many there are, they never widen the window
+    (which would push Send and the status bar off the screen)."""
 
     changed = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.items: list[Attachment] = []
-        self.row = QHBoxLayout(self)
+        self.scroll = QScrollArea(self)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        chips = QWidget()
+        self.row = QHBoxLayout(chips)
         self.row.setContentsMargins(0, 0, 0, 0)
         self.row.addStretch(1)
+        self.scroll.setWidget(chips)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.scroll)
         self.hide()
+
+    def _fit_height(self) -> None:
+        """As tall as the chips, plus the scroll bar when they are wider than the bar: with no
+        vertical scrolling, the chips must never be cut at the bottom."""
+        chips = self.scroll.widget().sizeHint()
+        bar = self.scroll.horizontalScrollBar().sizeHint().height() if chips.width() > self.width() else 0
+        self.scroll.setFixedHeight(chips.height() + bar)
+
+    def resizeEvent(self, e):
+        super().resizeEvent(e)
+        self._fit_height()
 
     def add(self, item: Attachment) -> bool:
         """False when the same file is already there."""
@@ -186,7 +211,7 @@ class AttachmentBar(QWidget):
             lay.setContentsMargins(0, 0, 0, 0)
             chip = tile(thumbnail(item.data) if item.kind == "image" else QPixmap(), item.label, item.kind)
             if item.source:
-                chip.setToolTip(item.source)
+                chip.setToolTip(f"{item.source}\n{item.label}")
             lay.addWidget(chip)
             rm = QToolButton()
             rm.setText("×")
@@ -195,6 +220,7 @@ class AttachmentBar(QWidget):
             lay.addWidget(rm)
             self.row.insertWidget(self.row.count() - 1, box)
         self.setVisible(bool(self.items))
+        self._fit_height()
         self.changed.emit()
 
     def _remove(self, n: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QLabel
 
 from ..support.window import make_window
 
@@ -51,3 +52,29 @@ def test_the_stats_strip_shows_every_label_whole_at_800_by_600(qtbot, win, stats
 
     qtbot.waitUntil(laid_out, timeout=3000)
     assert win.width() == 800  # the strip made room by itself, not by widening the window
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_file_chips_never_widen_the_window(qtbot, win, tmp_path, width):
+    from app.ui.attachments import read_file
+
+    win.resize(width, 700)
+    qtbot.waitUntil(lambda: win.width() == width, timeout=5000)
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"a_rather_long_file_name_for_the_module_number_{i}_of_the_project_in_question.py"
+        p.write_text(f"def f{i}():\n    return {i}\n" * 40)
+        paths.append(p)
+    win.composer.add_attachments([read_file(p) for p in paths])
+    qtbot.waitUntil(lambda: all(i.tokens for i in win.attach_bar.items), timeout=10000)  # the chips relabelled
+    qtbot.wait(100)  # any layout pass the chips start is over
+    assert win.width() == width
+    for w in (win.send_btn, win.attach_btn, win.input, win.context_label, win.attach_bar):
+        assert w.isVisible() and inside(win, w), w
+    chips = win.attach_bar.findChildren(QLabel, "attachmentTile")
+    assert len(chips) == 3
+    view = win.attach_bar.scroll.viewport()
+    for chip, path in zip(chips, paths):
+        assert whole(chip)  # an elided name, shown whole, not cut by the chip's edge
+        assert chip.mapTo(view, QPoint(0, chip.height())).y() <= view.height()  # nor cut at the bottom
+        assert path.name in chip.toolTip()  # the whole name is a hover away
