@@ -78,3 +78,27 @@ def test_file_chips_never_widen_the_window(qtbot, win, tmp_path, width):
         assert whole(chip)  # an elided name, shown whole, not cut by the chip's edge
         assert chip.mapTo(view, QPoint(0, chip.height())).y() <= view.height()  # nor cut at the bottom
         assert path.name in chip.toolTip()  # the whole name is a hover away
+
+
+LONG_LINE = "total = " + " + ".join(f"a_rather_long_name_{i}" for i in range(12))
+
+
+@pytest.mark.parametrize("old, new", [(LONG_LINE + "\nx = 1\n", "x = 2\n"), ("x = 1\n", LONG_LINE + "\nx = 2\n")],
+                         ids=["long-original", "long-reply"])
+def test_the_diff_dialog_shares_its_width_fairly(qtbot, old, new):
+    from PySide6.QtGui import QGuiApplication
+
+    from app.core.text_files import AttachedFile
+    from app.ui.dialogs.diff_dialog import DiffDialog
+
+    d = DiffDialog(new, AttachedFile("calc.py", old))
+    qtbot.addWidget(d)
+    d.show()
+    qtbot.waitExposed(d)
+    screen = QGuiApplication.primaryScreen().availableGeometry()
+    assert d.width() <= screen.width() and d.height() <= screen.height()  # opens on the screen
+    table = d.view.document().rootFrame().childFrames()[0]
+    x = [d.view.cursorRect(table.cellAt(1, col).firstCursorPosition()).x() for col in range(4)]
+    width = d.view.viewport().width()
+    assert d.view.document().size().width() <= width  # no side pushes the other out of sight
+    assert width - x[2] >= 0.4 * width and x[2] >= 0.4 * width, x  # the reply (right) and the original

@@ -79,8 +79,13 @@ def _mix(pal: QPalette, color: str, amount: float = 0.3) -> str:
 
 
 def _cell(text: str) -> str:
-    # escaped (model output), spaces kept: a table cell collapses them in Qt's rich text
-    return html.escape(text.expandtabs(4)).replace(" ", "&nbsp;") or "&nbsp;"
+    # escaped (model output); the cell's white-space: pre-wrap keeps its spaces
+    return html.escape(text.expandtabs(4)) or "&nbsp;"
+
+
+# Each side's text takes half the width and a long line wraps inside its half: unwrapped, the
+# side with the longest line took most of the width and pushed the other out of sight.
+_TEXT_CELL = '<td width="50%" style="white-space: pre-wrap"'
 
 
 def side_by_side(old: list[str], new: list[str], pal: QPalette, old_title: str, new_title: str):
@@ -92,12 +97,13 @@ def side_by_side(old: list[str], new: list[str], pal: QPalette, old_title: str, 
     removed = sum(i2 - i1 for tag, i1, i2, _j1, _j2 in ops if tag in ("delete", "replace"))
     red, green = _mix(pal, REMOVED), _mix(pal, ADDED)
     muted = _mix(pal, pal.color(QPalette.Text).name(), 0.5)
-    num = f'<td align="right" style="color:{muted}">{{}}</td>'
+    num = f'<td align="right" style="color:{muted}; white-space: nowrap">{{}}</td>'
 
     def side(lines, i, end, changed, tint):
         if i >= end:  # the other side of the change is longer
-            return "<td></td><td></td>"
-        return num.format(i + 1) + (f'<td bgcolor="{tint}">' if changed else "<td>") + _cell(lines[i]) + "</td>"
+            return f"<td></td>{_TEXT_CELL}></td>"
+        return num.format(i + 1) + (f'{_TEXT_CELL} bgcolor="{tint}">' if changed else f"{_TEXT_CELL}>") + \
+            _cell(lines[i]) + "</td>"
 
     rows = []
     for g, group in enumerate(sm.get_grouped_opcodes(CONTEXT_LINES)):
@@ -129,7 +135,8 @@ class DiffDialog(QDialog):
         super().__init__(parent)
         self.code, self.attached, self.cut_off = code, attached, cut_off
         self.setWindowTitle(f"Changes to {attached.name}")
-        self.resize(1100, 700)
+        screen = (parent.screen() if parent is not None else self.screen()).availableGeometry()
+        self.resize(min(1100, screen.width() * 9 // 10), min(700, screen.height() * 85 // 100))
         lay = QVBoxLayout(self)
         old, new = attached.text.splitlines(), code.splitlines()
         self.old_lines, self.new_lines = len(old), len(new)
@@ -146,7 +153,6 @@ class DiffDialog(QDialog):
         lay.addWidget(self.cut_off_note)
         self.view = SafeBrowser(self)
         self.view.setFont(QFontDatabase.systemFont(QFontDatabase.FixedFont))
-        self.view.setLineWrapMode(SafeBrowser.NoWrap)
         self.view.setHtml(table)
         lay.addWidget(self.view, 1)
         self.status = QLabel(self)  # what Save did
