@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QUrl, Qt
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
-from PySide6.QtWidgets import QMessageBox, QTextBrowser
+from PySide6.QtWidgets import QMessageBox, QSizePolicy, QSpacerItem, QTextBrowser
 
 _ALT = getattr(QTextFormat, "ImageAltText", None)  # Qt >= 6.? keeps Markdown's alt text
 
@@ -90,9 +90,23 @@ def images_to_links(doc: QTextDocument) -> None:
         cur.insertText(f"[image: {alt or src}]", link)
 
 
-def message(parent, icon, title: str, text: str, buttons=QMessageBox.Ok):
-    """QMessageBox with plain text: its default renders anything that looks like HTML."""
+TITLE_MARGIN = 160  # px beside a title in the window's frame: its icon and buttons
+
+
+def message_box(parent, icon, title: str, text: str, buttons=QMessageBox.Ok) -> QMessageBox:
+    """QMessageBox with plain text (its default renders anything that looks like HTML), at
+    least as wide as its title: a box sized by a short text had its title cut ("Could … model")."""
     box = QMessageBox(icon, title, text, buttons, parent)
     box.setTextFormat(Qt.PlainText)
+    grid = box.layout()  # a QGridLayout: a spacer across its columns sets the minimum width
+    width = box.fontMetrics().horizontalAdvance(title) + TITLE_MARGIN
+    grid.addItem(QSpacerItem(width, 0, QSizePolicy.Minimum, QSizePolicy.Minimum), grid.rowCount(), 0, 1,
+                 grid.columnCount())
+    return box
+
+
+def message(parent, icon, title: str, text: str, buttons=QMessageBox.Ok):
+    """A plain-text message box (see message_box), shown until the user answers; the button."""
+    box = message_box(parent, icon, title, text, buttons)
     box.exec()
     return box.standardButton(box.clickedButton())

@@ -5,7 +5,7 @@ widgets out for real, so these are geometry checks, not guesses."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QLabel
 
 from ..support.window import make_window
@@ -102,3 +102,18 @@ def test_the_diff_dialog_shares_its_width_fairly(qtbot, old, new):
     width = d.view.viewport().width()
     assert d.view.document().size().width() <= width  # no side pushes the other out of sight
     assert width - x[2] >= 0.4 * width and x[2] >= 0.4 * width, x  # the reply (right) and the original
+
+
+@pytest.mark.parametrize("title, text", [("Could not load the model", "No such file."),
+                                         ("Could not load the model", "x" * 400)], ids=["short-text", "long-text"])
+def test_a_message_box_is_wide_enough_for_its_title(qtbot, title, text):
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.ui.safe_text import TITLE_MARGIN, message_box
+
+    box = message_box(None, QMessageBox.Warning, title, text)
+    qtbot.addWidget(box)
+    box.show()
+    qtbot.waitExposed(box)
+    assert box.width() >= box.fontMetrics().horizontalAdvance(title) + TITLE_MARGIN  # "Could … model" no more
+    assert box.textFormat() == Qt.PlainText
