@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtGui import QAction, QKeySequence
 
+from .shortcuts import show_shortcuts
+
 
 def _action(win, text: str, slot, key=None, checkable: bool = False) -> QAction:
     act = QAction(text, win, checkable=checkable)
@@ -24,14 +26,20 @@ def build_menus(win) -> None:
                             ("Local API server…", win.open_server, None),
                             ("Export chat as Markdown…", lambda: win.export("md"), None),
                             ("Export chat as JSON…", lambda: win.export("json"), None),
-                            ("Settings…", win.open_settings, QKeySequence.Preferences),
-                            ("Tools (MCP servers)…", win.open_tools, None),
+                            # Ctrl+, as in VS Code and LM Studio (Qt's Preferences key is none on most desktops)
+                            ("Settings…", win.open_settings, QKeySequence("Ctrl+,")),
+                            ("Tools (MCP servers)…", win.open_tools, QKeySequence("Ctrl+T")),
                             ("Quit", win.close, QKeySequence.Quit)):
         file_menu.addAction(_action(win, text, slot, key))
     chat = bar.addMenu("&Chat")
     chat.addAction(_action(win, "System prompt for this chat…", win.edit_system_prompt))
     chat.addAction(_action(win, "Attach files…", win.composer.attach_files))
     chat.addAction(_action(win, "Attach folder…", lambda: win.composer.attach_folder()))
+    chat.addSeparator()
+    # the find bar is made after the menus (it needs the session): looked up when used
+    chat.addAction(_action(win, "Find in chat…", lambda: win.find_bar.open(), QKeySequence.Find))
+    chat.addAction(_action(win, "Find next", lambda: win.find_bar.step(1), QKeySequence("F3")))
+    chat.addAction(_action(win, "Find previous", lambda: win.find_bar.step(-1), QKeySequence("Shift+F3")))
     view = bar.addMenu("&View")
     for text, key, step in (("Larger text", QKeySequence.ZoomIn, 0.1), ("Smaller text", QKeySequence.ZoomOut, -0.1),
                             ("Normal text size", QKeySequence("Ctrl+0"), 0.0)):
@@ -46,4 +54,5 @@ def build_menus(win) -> None:
     view.addAction(win.charts_act)
     help_menu = bar.addMenu("&Help")
     help_menu.addAction(_action(win, "How MTP works", win.explain_mtp))
+    help_menu.addAction(_action(win, "Keyboard shortcuts", lambda: show_shortcuts(win)))
     help_menu.addAction(_action(win, "About Tandem", win.show_about))

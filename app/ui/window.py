@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QSplitter,
                                QStackedWidget, QVBoxLayout, QWidget)
 
@@ -21,6 +20,7 @@ from .chat_view import ChatView
 from .compare import ComparePage
 from .composer import Composer
 from .menus import build_menus
+from .shortcuts import install as install_shortcuts
 from .model_picker import model_label
 from .safe_text import message
 from app.core.settings import Settings
@@ -53,6 +53,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self._build_ui()
         self.session = ChatSession(self.settings, self.store, worker, self)
         self.chat_view.observe(self.session.model)  # the chat shown is the session's model
+        install_shortcuts(self)  # the find bar and Esc
         self.chat_view.tool_decided.connect(self.session.decide_tool)
         self.chat_view.attached_files = self.session.attached_files  # what code blocks are compared with
         self._start_tools()
@@ -102,8 +103,6 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         split.addWidget(right)
         split.setSizes([240, 940])
         self.setCentralWidget(split)
-        # Esc stops a reply (or leaves editing) wherever the focus is in the window
-        QShortcut(QKeySequence(Qt.Key_Escape), self, self._escape, context=Qt.WindowShortcut)
         build_menus(self)
         self.statusBar().showMessage("Ready")
 
@@ -364,7 +363,17 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.session.stop()
 
     def _escape(self) -> None:
-        self.composer.cancel_edit() if self.composer.editing else self.stop()
+        """Esc, wherever the focus is: the find bar when typing in it, else leave editing, else
+        stop the reply; with nothing to stop it closes the find bar."""
+        if self.find_bar.has_focus():
+            self.find_bar.close_bar()
+            self.input.setFocus()
+        elif self.composer.editing:
+            self.composer.cancel_edit()
+        elif self.session.busy:
+            self.stop()
+        else:
+            self.find_bar.close_bar()
 
     def compare(self) -> None:
         text = self.input.toPlainText().strip()
