@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QAbstractItemView, QInputDialog, QLineEdit, QListWidget, QListWidgetItem, QMenu,
-                               QMessageBox, QPushButton, QVBoxLayout, QWidget)
+                               QMessageBox, QPushButton, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from .safe_text import message
 
@@ -27,6 +27,14 @@ def date_group(updated: float, now: float | None = None) -> str:
     if updated >= midnight - 7 * 86400:
         return GROUPS[2]
     return GROUPS[3]
+
+
+class _FitDelegate(QStyledItemDelegate):
+    """Rows ask for no width: QListView makes every row as wide as the widest one or the list,
+    so each is as wide as the list and a long title is cut with "…" where the list ends."""
+
+    def sizeHint(self, option, index):
+        return QSize(1, super().sizeHint(option, index).height())
 
 
 class ChatList(QWidget):
@@ -51,7 +59,12 @@ class ChatList(QWidget):
         self.list.itemClicked.connect(self._clicked)
         self.list.setContextMenuPolicy(Qt.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
-        QShortcut(QKeySequence.Delete, self.list, self.delete_selected, context=Qt.WidgetShortcut)
+        # long titles end in "…" instead of widening the list past its panel (the tooltip has them whole)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.ElideRight)
+        self.list.setItemDelegate(_FitDelegate(self.list))
+        QShortcut(QKeySequence.Delete, self.list, self.delete_selected,
+                  context=Qt.WidgetShortcut).setWhatsThis("Delete the selected chats (in the chat list)")
         lay.addWidget(self.new_btn)
         lay.addWidget(self.search)
         lay.addWidget(self.list, 1)
@@ -78,7 +91,7 @@ class ChatList(QWidget):
                 self.list.addItem(head)
             it = QListWidgetItem(c.title)
             it.setData(Qt.UserRole, c.id)
-            it.setToolTip(time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated)))
+            it.setToolTip(f"{c.title}\n{time.strftime('%Y-%m-%d %H:%M', time.localtime(c.updated))}")
             self.list.addItem(it)
             if c.id == self.current_id:
                 it.setSelected(True)
@@ -110,10 +123,12 @@ class ChatList(QWidget):
         it = self.list.itemAt(pos)
         if not it or it.data(Qt.UserRole) is None:
             return
-        cid = it.data(Qt.UserRole)
+        cid, title = it.data(Qt.UserRole), it.text()
         if not it.isSelected():
             self.list.clearSelection()
             it.setSelected(True)
+        if len(self.selected_ids()) == 1:  # right-click opens the chat, as a click does (not a multi-selection)
+            self.open_requested.emit(cid)  # (the list is rebuilt: `it` is gone)
         m = QMenu(self)
         ren = m.addAction("Rename…")
         md = m.addAction("Export as Markdown…")
@@ -122,7 +137,7 @@ class ChatList(QWidget):
         dl = m.addAction("Delete")
         act = m.exec(self.list.mapToGlobal(pos))
         if act == ren:
-            title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=it.text())
+            title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=title)
             if ok and title.strip():
                 self.rename_requested.emit(cid, title.strip())
         elif act == dl:
