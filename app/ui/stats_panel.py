@@ -271,9 +271,11 @@ class StatsBar(QWidget):
         self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
         self._set_k(s)
         self._fit()
+        if s.get("mode") in ("mtp", "hybrid") and (final or not self.charts.isHidden()):
+            # a finished reply's bars even while hidden (one cheap update): shown again, the charts
+            # show the chat on screen, not the one before
+            self.bars.set_values(s.get("per_position_acceptance") or [])
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only
             self.chart.add("MTP" if s.get("mode") in DRAFTING_MODES else "baseline", t, s["decode_tps"])
-        if s.get("mode") in ("mtp", "hybrid"):
-            self.bars.set_values(s.get("per_position_acceptance") or [])
