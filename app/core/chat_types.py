@@ -106,6 +106,7 @@ class ChatOptions:
     system_prompt: str = ""  # "": the default from Settings
     tools: bool = False  # the switched-on MCP servers' tools are offered in this chat
     allowed_tools: tuple[str, ...] = ()  # tools run without asking, in this chat
+    draft: str = ""  # what was left typed in the input box (app.ui.drafts)
     unknown: tuple = ()  # (key, value) another Tandem version wrote: kept, written back
 
     def __post_init__(self):
@@ -118,7 +119,7 @@ class ChatOptions:
     def stored(self) -> dict:
         return {**dict(self.unknown), "use_mtp": self.drafting, "draft_max": self.draft_max,
                 "thinking": self.thinking, "system_prompt": self.system_prompt, "tools": self.tools,
-                "allowed_tools": list(self.allowed_tools)}
+                "allowed_tools": list(self.allowed_tools), **({"draft": self.draft} if self.draft else {})}
 
     @classmethod
     def from_stored(cls, data) -> "ChatOptions":
@@ -131,7 +132,7 @@ class ChatOptions:
         except ValueError:
             k = AUTO
         names = data.get("allowed_tools")
-        known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools"}
+        known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools", "draft"}
 
         def switch(key, default):  # a stored switch is a JSON bool; 1 or "yes" is not one
             value = data.get(key)
@@ -141,6 +142,7 @@ class ChatOptions:
                    system_prompt=data["system_prompt"] if isinstance(data.get("system_prompt"), str) else "",
                    tools=switch("tools", False),
                    allowed_tools=tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else (),
+                   draft=data["draft"] if isinstance(data.get("draft"), str) else "",
                    unknown=tuple((key, v) for key, v in data.items() if key not in known))
 
 

@@ -132,8 +132,18 @@ class Composer(QWidget):
     def _give_back_draft(self) -> None:
         self.editing = None
         self.edit_banner.hide()
-        text, attachments = self.set_aside
+        self.put_draft(*self.set_aside)
         self.set_aside = ("", [])
+
+    def take_draft(self) -> tuple[str, list]:
+        """The input's text and attachments, taken out (another chat opens: they stay with this one)."""
+        text = self.input.toPlainText()
+        self.input.clear()
+        return text, self.attach_bar.take()
+
+    def put_draft(self, text: str, attachments: list) -> None:
+        """A draft back in the input box, in place of what was there."""
+        self.attach_bar.clear()
         self.input.setPlainText(text)
         for item in attachments:
             self._add(item)

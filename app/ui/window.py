@@ -19,6 +19,7 @@ from app.session.chat_session import ChatSession
 from .chat_view import ChatView
 from .compare import ComparePage
 from .composer import Composer
+from .drafts import Drafts
 from .menus import build_menus
 from .shortcuts import install as install_shortcuts
 from .model_picker import model_label
@@ -183,6 +184,8 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         s.drafting_learned.connect(self._drafting_learned)
         s.conversations_changed.connect(self._conversations_changed)
         s.conversation_opened.connect(self._conversation_opened)
+        self.drafts = Drafts(self.composer, self.store)  # each chat its own draft in the input box
+        s.conversation_opened.connect(self.drafts.switch)
         s.chat_shown.connect(self.composer.cancel_edit)  # the edited message is no longer on screen
         s.compare_started.connect(self.compare_page.start)
         s.compare_streamed.connect(self.compare_page.stream)
@@ -429,6 +432,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
 
     def closeEvent(self, e):
         self.settings["geometry"] = bytes(self.saveGeometry().toBase64()).decode("ascii")
+        self.drafts.save()
         if self.server_panel is not None:
             self.server_panel.stop()  # before the engine goes
         self.session.close()
