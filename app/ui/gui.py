@@ -87,6 +87,12 @@ def run_gui(args: argparse.Namespace) -> int:
         sys.stderr.write("tandem: error: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
                          "unset); the commands work without one: see tandem --help\n")
         return 2
+    from app.core.display_libs import install_hint, missing_xcb_libs
+
+    missing = missing_xcb_libs()
+    if missing:  # Qt would abort creating the application: name the libraries and their install line
+        sys.stderr.write(install_hint(missing))
+        return 2
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -97,11 +103,13 @@ def run_gui(args: argparse.Namespace) -> int:
 
     log_file = setup_logging()
     crashed = previous_native_crash()
-    enable_fault_handler()
     install_excepthook(qt_error_dialog)
     logging.getLogger("tandem").info("starting Tandem %s, log at %s", __import__("engine").__version__, log_file)
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    # after Qt's start: a platform plugin that cannot load aborts with Qt's own message, and is
+    # not reported at the next start as a crash inside the native engine
+    enable_fault_handler()
     app.setApplicationName("Tandem")
     app.setOrganizationName("Tandem")
     app.setDesktopFileName("io.github.tandem_chat.Tandem")

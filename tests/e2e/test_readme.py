@@ -42,6 +42,8 @@ ELSEWHERE = {
     "llama-server": "llama.cpp's server (tests/e2e/test_remote.py runs it with the synthetic pair)",
     "vllm serve": "vLLM (needs a GPU; its response shapes are replayed in tests/e2e/test_remote.py)",
     "apt-get install": "Debian's packages for Xvfb",
+    "sudo apt-get install": "the window's X11 libraries: tests/unit/test_display_libs.py checks the list and "
+                            "that tandem names a missing one",
     "xvfb-run": "the screenshots script (a developer tool; the window itself: tests/app/test_app.py)",
     "export ANTHROPIC_BASE_URL=http://127.0.0.1:8080 ANTHROPIC_API_KEY=none": "Claude Code's environment: "
                                                                             "tests/e2e/test_coding_agents.py",
