@@ -2,8 +2,9 @@
 
     xvfb-run -a -s "-screen 0 1280x860x24" .venv/bin/python scripts/screenshots.py resources/screenshots [dark] [coding]
 
-Writes chat.png, compare.png, origins.png, vision.png (a chat with a picture), models.png,
-small.png (the window at 800x600) and welcome.png; with "coding" instead: files.png (an attached
+Writes chat.png, find.png (Ctrl+F in the chat), shortcuts.png (Help → Keyboard shortcuts),
+compare.png, origins.png, vision.png (a chat with a picture), models.png, small.png (the window
+at 800x600) and welcome.png; with "coding" instead: files.png (an attached
 file, a reply's code block and its diff), folder.png, tools.png (calls to the tests' MCP server)
 and tools-settings.png. With "dark", each with a -dark suffix. Uses a temporary settings file,
 chat database and model library, so your own are not touched.
@@ -72,6 +73,8 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
         wait(lambda: not win.session.busy)
     shot("chat.png")
 
+    find_shots(win, shot)
+
     win.origin_switch.setChecked(True)
     shot("origins.png")
     win.origin_switch.setChecked(False)
@@ -120,6 +123,19 @@ def main(out: Path, theme: str = "light", which: str = "") -> int:
     shot("small.png")
     win.close()
     return 0
+
+
+def find_shots(win, shot) -> None:
+    """Find in the chat (Ctrl+F) and Help → Keyboard shortcuts."""
+    from app.ui.shortcuts import show_shortcuts
+
+    win.find_bar.open()
+    win.find_bar.edit.setText("w00010")  # in both replies: the current match and the others
+    shot("find.png")
+    win.find_bar.close_bar()
+    show_shortcuts(win)
+    shot("shortcuts.png", win.shortcuts_dialog)
+    win.shortcuts_dialog.close()
 
 
 def coding_shots(win, tmp: Path, wait, shot) -> None:

@@ -58,6 +58,7 @@ class ShortcutsDialog(QDialog):
         table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         table.setSelectionMode(QAbstractItemView.NoSelection)
         table.setFocusPolicy(Qt.NoFocus)
+        table.setShowGrid(False)
         for r, (keys, what) in enumerate(rows):
             table.setItem(r, 0, QTableWidgetItem(keys))
             table.setItem(r, 1, QTableWidgetItem(what))
