@@ -77,21 +77,26 @@ def run_smoke_test(win, prompt: str, timeout_s: float = 180.0) -> None:
     timer.start(100)
 
 
-def run_gui(args: argparse.Namespace) -> int:
-    """The window, with `tandem`'s top-level options (engine.cli.build_parser)."""
+def cannot_open_window() -> str | None:
+    """Why Qt would abort creating the application (and leave a crash report for the next
+    start), said first: no display, or X11 libraries missing (named, with their install line)."""
     import os
+
+    from app.core.display_libs import install_hint, missing_xcb_libs
 
     if sys.platform.startswith("linux") and not any(os.environ.get(v) for v in
                                                     ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")):
-        # Qt would abort (and leave a crash report for the next start): say it in one line
-        sys.stderr.write("tandem: error: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
-                         "unset); the commands work without one: see tandem --help\n")
-        return 2
-    from app.core.display_libs import install_hint, missing_xcb_libs
-
+        return ("tandem: error: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
+                "unset); the commands work without one: see tandem --help\n")
     missing = missing_xcb_libs()
-    if missing:  # Qt would abort creating the application: name the libraries and their install line
-        sys.stderr.write(install_hint(missing))
+    return install_hint(missing) if missing else None
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    """The window, with `tandem`'s top-level options (engine.cli.build_parser)."""
+    why_not = cannot_open_window()
+    if why_not:
+        sys.stderr.write(why_not)
         return 2
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
