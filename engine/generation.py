@@ -140,12 +140,15 @@ class Backend(ABC):
     def close(self) -> None:
         """Free what the backend holds (models, connections)."""
 
-    def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int | None:
-        """Tokens the chat takes in the context, or None where the backend cannot tell."""
+    def count_tokens(self, messages: list[dict], enable_thinking: bool = False,
+                     tools: list[dict] | None = None) -> int | None:
+        """Tokens the chat's prompt takes in the context (its tool declarations included), or
+        None where the backend cannot tell."""
         return None
 
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
-                          should_stop: Callable[[], bool] | None = None) -> list[dict]:
+                          should_stop: Callable[[], bool] | None = None,
+                          tools: list[dict] | None = None) -> list[dict]:
         return messages
 
     def reset(self) -> None:

@@ -27,7 +27,7 @@ from .tool_turn import MAX_TOOL_ROUNDS, ToolTurn, ToolTurns, result_room
 class ChatSession(Replies, CompareRuns, QObject):
     # to the engine thread, queued
     _generate = Signal(object)  # ReplyRequest
-    _count = Signal(int, list, bool)
+    _count = Signal(int, list, bool, list)
     _count_texts = Signal(int, list)
     _shutdown = Signal()
 
@@ -39,7 +39,7 @@ class ChatSession(Replies, CompareRuns, QObject):
     status = Signal(str, int)  # a status-bar line and how long it stays (ms)
     stats_reset = Signal(bool)  # the stats bar starts again (True: keep the chart's lines)
     live_stats = Signal(dict, object, bool)  # stats, seconds since the start (None: not on the chart), final
-    context = Signal(int, int)  # tokens the open chat takes (-1: counted by the server), context size
+    context = Signal(int, int)  # tokens the open chat's prompt takes (-1: counted by the server), context size
     overflow = Signal(str, bool)  # the chat does not fit: the engine's words, whether old turns were left out
     reply_failed = Signal(str)  # a reply failed: the engine's words
     mtp_limit = Signal(float, object)  # MTP cannot beat plain decoding here: ceiling, (decode, verify, draft) ms
@@ -75,6 +75,7 @@ class ChatSession(Replies, CompareRuns, QObject):
                                                         self._context_used), self)
         self.force_tool = ""  # the user asked that the next answer call this tool
         self._context_used = 0  # the open chat's tokens, as last counted
+        self.context_parts = None  # what takes them (app.session.context_parts.ContextParts), as last counted
         self._wire_parts()
         self._start_worker(worker)
 
@@ -211,14 +212,16 @@ class ChatSession(Replies, CompareRuns, QObject):
         self.update_chat_options(system_prompt=text)
         self.count_context()
 
-    def count_context(self) -> None:
-        """Ask the engine thread how many tokens this chat's history takes."""
+    def count_context(self, history: list[dict] | None = None) -> None:
+        """Ask the engine thread how many tokens this chat's prompt takes: its history (or the
+        `history` a reply is about to be given), system prompt and tool declarations."""
         if self.model_info is not None and self.conversation_id is not None:
-            self._count.emit(self.conversation_id, self.history(), self.chat_options().thinking)
+            self._count.emit(self.conversation_id, self.history() if history is None else history,
+                             self.chat_options().thinking, self.tool_declarations())
 
-    def _on_counted(self, cid: int, used: int, n_ctx: int) -> None:
+    def _on_counted(self, cid: int, used: int, n_ctx: int, parts) -> None:
         if cid == self.conversation_id:
-            self._context_used = max(used, 0)
+            self._context_used, self.context_parts = max(used, 0), parts
             self.context.emit(used, n_ctx)
 
     def count_texts(self, texts: list[str], done) -> None:
@@ -263,6 +266,7 @@ class ChatSession(Replies, CompareRuns, QObject):
         """The MCP servers' runner (app.session.tool_runner.ToolRunner): calls the user allowed go to it."""
         self.tools = runner
         self.tool_turns.set_runner(runner)
+        runner.listed.connect(lambda *_: self.count_context())  # a server's tools came or went
 
     def tools_available(self) -> str:
         """Why this chat cannot offer tools ("" when it can)."""
@@ -281,6 +285,7 @@ class ChatSession(Replies, CompareRuns, QObject):
 
     def set_tools_on(self, on: bool) -> None:
         self.update_chat_options(tools=bool(on))
+        self.count_context()  # the declarations come into the prompt, or leave it
 
     def tool_declarations(self) -> list[dict]:
         """The tools this chat offers the model: the switched-on servers', when the chat has tools on."""

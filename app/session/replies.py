@@ -78,6 +78,15 @@ class Replies:
         """The user agreed to leave out the oldest turns for this reply."""
         self._start_reply(drop_oldest=True)
 
+    def answer_again(self) -> None:
+        """Answer the chat's last message again (after what stood in the way changed: tools off)."""
+        if not self.busy and self.model_info is not None and self.model.last is not None:
+            self._start_reply()
+
+    def has_older_turns(self) -> bool:
+        """Whether the chat has turns before its last message, that could be left out."""
+        return sum(m.get("role") != "system" for m in self.history()) > 1
+
     def withdraw_unanswered(self):
         """The chat's last message, when it is the user's and has no answer (it did not fit),
         taken out of the chat: its ShownMessage (text, media), for the composer to put back in
@@ -118,6 +127,8 @@ class Replies:
         if self.force_tool and tool_round == 0:  # the user asked for this tool: this answer calls it
             settings = settings.but(force_tool=self.force_tool if self.force_tool in names else "")
             self.force_tool = ""
+        if cont is None:  # while it answers, the meter shows the prompt the engine reads (counted first)
+            self.count_context(history)
         self._request(history, settings)
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ from engine.gemma4.reply import ReplyAssembler
 from engine.gemma4.template_sandbox import RenderCancelled
 from engine.gemma4.call_grammar import calls_grammar
 
+from app.session.context_parts import count_parts
 from app.core.chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
 EMIT_INTERVAL_S = 1 / 15  # text updates per second: smooth to read, little CPU taken from decoding
@@ -37,7 +38,8 @@ class EngineWorker(QObject):
     stream = Signal(int, list, dict)  # request id, [[text, channel, drafted], ...], live stats
     finished = Signal(int, object)  # request id, ReplyResult
     failed = Signal(int, str, str)  # request id, kind ("overflow" | "error" | "cancelled" | "no_model"), message
-    counted = Signal(int, int, int)  # conversation id, prompt tokens of its history (-1: the server counts), context
+    # conversation id, its prompt's tokens (-1: the server counts), context size, ContextParts or None
+    counted = Signal(int, int, int, object)
     texts_counted = Signal(int, list, bool)  # request tag, tokens of each text, exact (False: estimated)
 
     def __init__(self):
@@ -180,7 +182,7 @@ class EngineWorker(QObject):
             gc = GenerationConfig(max_tokens=s.max_tokens, spec=s.spec, draft_max=s.draft_max, sampling=s.sampling,
                                   seed=s.seed, grammar=self._tool_grammar(s, e))
             if s.drop_oldest:
-                messages = e.drop_oldest_turns(messages, s.thinking, stopped)
+                messages = e.drop_oldest_turns(messages, s.thinking, stopped, list(s.tools) or None)
             if s.fresh:
                 e.reset()  # compare mode: both runs start from an empty cache
 
@@ -245,16 +247,19 @@ class EngineWorker(QObject):
             self._mtp_limit(result)
         self.finished.emit(rid, result)
 
-    @Slot(int, list, bool)
-    def count_tokens(self, cid: int, messages: list, thinking: bool) -> None:
-        """How much of the context a conversation's history takes (for the context meter)."""
-        if self.engine is None or self._closing:
+    @Slot(int, list, bool, list)
+    def count_tokens(self, cid: int, messages: list, thinking: bool, tools: list) -> None:
+        """How much of the context a conversation's prompt takes, tool declarations and files
+        included, and what takes it (for the context meter)."""
+        e = self.engine
+        if e is None or self._closing:
             return
         try:
-            n = self.engine.count_tokens(self._with_media(messages), thinking)
-        except TandemError:
+            parts = count_parts(lambda msgs, t: e.count_tokens(self._with_media(msgs), thinking, t),
+                                messages, tools or None)
+        except (TandemError, ValueError):
             return  # the meter stays as it was; sending will report the problem
-        self.counted.emit(cid, -1 if n is None else n, self.engine.n_ctx or 0)
+        self.counted.emit(cid, -1 if parts is None else parts.total, e.n_ctx or 0, parts)
 
     @staticmethod
     def _tool_grammar(s, e) -> str | None:

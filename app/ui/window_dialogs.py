@@ -13,7 +13,9 @@ from engine.generation import AUTO
 from app.core import help_text
 from app.core.settings import SAMPLING_KEYS
 from app.core.store import file_name
+from app.session.context_parts import overflow_help
 from .model_picker import target_stem
+from .overflow_box import ask_overflow
 
 
 class WindowDialogs:
@@ -133,3 +135,25 @@ class WindowDialogs:
         from app.ui.dialogs.diff_dialog import DiffDialog
 
         DiffDialog(code, attached, self, cut_off=cut_off).exec()
+
+    def _overflow(self, msg: str, already_dropped: bool) -> None:
+        """Say what takes the room of a chat that does not fit and offer what helps; a message
+        left unanswered goes back to the input box (with its attachments), so nothing is lost
+        and no turn dangles."""
+        s = self.session
+        help = overflow_help(msg, s.context_parts, s.model_info.n_ctx if s.model_info else 0,
+                             older_turns=not already_dropped and s.has_older_turns(),
+                             tools_on=bool(s.tool_declarations()))
+        choice = ask_overflow(self, help)
+        if choice == "drop":
+            s.retry_dropping_oldest()
+            return
+        if choice == "tools_off":
+            self.composer.tools_btn.setChecked(False)  # the switch says so, and the chat is answered without them
+            s.answer_again()
+            return
+        w = s.withdraw_unanswered()
+        if w is not None:
+            self.composer.restore(w)
+        if choice == "settings":
+            self.open_settings()

@@ -136,8 +136,11 @@ class Engine(Backend):
         info = self.rt.target_info
         return "no drafter loaded" if info.is_gemma4_target else f"{info.arch} models have no MTP drafter"
 
-    def count_tokens(self, messages: list[dict], enable_thinking: bool = False) -> int:
-        return len(self.format_chat(messages, enable_thinking)) if messages else 0
+    def count_tokens(self, messages: list[dict], enable_thinking: bool = False,
+                     tools: list[dict] | None = None) -> int:
+        """The prompt's tokens, as `chat` would decode them: tool declarations take room even
+        before the first message."""
+        return len(self.format_chat(messages, enable_thinking, tools=tools)) if messages or tools else 0
 
     def cancel(self) -> None:
         """Ask every running generation (on another thread) to stop after its current step."""
@@ -184,8 +187,9 @@ class Engine(Backend):
         return self.prompts.format_chat(messages, enable_thinking, should_stop, answer_prefix, tools)
 
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
-                          should_stop: Callable[[], bool] | None = None) -> list[dict]:
-        return self.prompts.drop_oldest_turns(messages, enable_thinking, should_stop)
+                          should_stop: Callable[[], bool] | None = None,
+                          tools: list[dict] | None = None) -> list[dict]:
+        return self.prompts.drop_oldest_turns(messages, enable_thinking, should_stop, tools)
 
     def chat(self, messages: list[dict], config: GenerationConfig = GenerationConfig(),
              enable_thinking: bool = False, should_stop: Callable[[], bool] | None = None,

@@ -262,9 +262,10 @@ class Prompts:
         return value
 
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,
-                          should_stop: Callable[[], bool] | None = None) -> list[dict]:
+                          should_stop: Callable[[], bool] | None = None,
+                          tools: list[dict] | None = None) -> list[dict]:
         """Remove the oldest user/assistant exchanges (keeping a system message and the last
-        user message) until the prompt leaves room to answer; what a user accepts when told
+        user message) until the prompt (with its tool declarations) leaves room to answer; what a user accepts when told
         the conversation no longer fits. Binary search over how many to drop: a prompt only
         gets shorter as exchanges go, so this renders the chat O(log n) times, not n."""
         msgs = list(messages)
@@ -277,7 +278,7 @@ class Prompts:
             cuts.append(c + (2 if len(body) - c > 2 and body[c + 1].get("role") == "assistant" else 1))
 
         def fits(j):
-            return len(self.format_chat(head + body[cuts[j]:], enable_thinking, should_stop)) + room <= self.n_ctx
+            return len(self.format_chat(head + body[cuts[j]:], enable_thinking, should_stop, tools=tools)) + room <= self.n_ctx
 
         lo, hi = 0, len(cuts) - 1  # the answer is in [lo, hi]; hi (one message left) is the floor
         while lo < hi:

@@ -195,7 +195,7 @@ def test_close_while_generating_exits_cleanly_and_saves(qtbot, tmp_path, tiny):
 def test_context_overflow_offers_to_drop_oldest_turns(qtbot, tmp_path, tiny, monkeypatch):
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked = []
-    monkeypatch.setattr("app.ui.window.message", lambda parent, icon, title, text, *a: asked.append(text) or QMessageBox.Yes)
+    monkeypatch.setattr("app.ui.window_dialogs.ask_overflow", lambda parent, help: asked.append(help.text) or "drop")
     for i in range(8):
         send(qtbot, w, f"question number {i} " + "word " * 12)
     assert asked and "context" in asked[0]
@@ -395,24 +395,34 @@ def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
 
 
 def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, monkeypatch):
-    """One message that does not fit even alone: offer to drop old turns once, then say the
-    message itself is too long (with a way to raise the context) instead of asking again."""
+    """One message that does not fit even alone, as a chat's first: no offer to drop older turns
+    (there are none); say the message itself is too long, with a way to raise the context, once.
+    With an older turn, dropping it is offered once, then the message is too long."""
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked, opened = [], []
-    monkeypatch.setattr("app.ui.window.message",
-                        lambda parent, icon, title, text, *a: asked.append(title) or QMessageBox.Yes)
+    monkeypatch.setattr("app.ui.window_dialogs.ask_overflow",
+                        lambda parent, help: asked.append((help.title, help.choices)) or help.choices[0])
     monkeypatch.setattr(w, "open_settings", lambda: opened.append(True))
     w.input.setPlainText("word " * 400)
     w.send()
-    qtbot.waitUntil(lambda: len(asked) >= 2 and not w.session.busy, timeout=TIMEOUT)
-    qtbot.wait(300)  # room for a third question, were it asked again: an absence has no event to wait on
-    assert asked == ["Conversation too long", "Message too long for the context"]
+    qtbot.waitUntil(lambda: len(asked) >= 1 and not w.session.busy, timeout=TIMEOUT)
+    qtbot.wait(300)  # room for a second question, were it asked again: an absence has no event to wait on
+    assert asked == [("Message too long for the context", ("settings",))]
     assert opened == [True]
     assert "Generating" not in w.statusBar().currentMessage()
     # the message goes back to the input box to be shortened (nothing lost); no unanswered turn
     # and no empty reply are left behind in the chat
     assert w.input.toPlainText() == ("word " * 400).strip()
     assert w.store.messages(w.session.conversation_id) == [] and w.chat_view.widgets() == []
+
+    send(qtbot, w, "hi")
+    asked.clear()
+    w.input.setPlainText("word " * 400)
+    w.send()
+    qtbot.waitUntil(lambda: len(asked) >= 2 and not w.session.busy, timeout=TIMEOUT)
+    qtbot.wait(300)
+    assert asked == [("Conversation too long", ("drop", "settings")), ("Message too long for the context", ("settings",))]
+    assert w.input.toPlainText() == ("word " * 400).strip() and len(w.chat_view.widgets()) == 2
     w.close()
 
 

@@ -343,7 +343,7 @@ def test_answering_no_to_an_overflow_puts_the_message_back_in_the_input(qtbot, t
 
     w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=8)
     asked = []
-    monkeypatch.setattr("app.ui.window.message", lambda p, icon, title, text, *a: asked.append(title) or QMessageBox.No)
+    monkeypatch.setattr("app.ui.window_dialogs.ask_overflow", lambda p, help: asked.append(help.title) or "")
     try:
         for i in range(12):
             send(qtbot, w, f"question number {i} " + "word " * 12)

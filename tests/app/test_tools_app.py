@@ -183,3 +183,63 @@ def test_the_models_make_test_models_writes_can_try_tools(qtbot, tmp_path):
     qtbot.waitUntil(lambda: w.composer.tools_btn.isEnabled(), timeout=TIMEOUT)  # shown once its server is up
     assert w.session.tools_available() == ""
     w.close()
+
+
+def test_the_context_meter_counts_the_prompt_the_engine_reads(qtbot, win, tmp_path, monkeypatch):
+    """Tool declarations, the system prompt and an attached file are in the meter before the
+    first message, and while a reply runs the meter equals the prompt the engine decoded."""
+    from PySide6.QtWidgets import QFileDialog
+
+    shown = []
+    win.session.context.connect(lambda used, n_ctx: shown.append(used))
+    win.composer.tools_btn.setChecked(True)
+    qtbot.waitUntil(lambda: bool(shown) and shown[-1] > 0, timeout=TIMEOUT)  # tools alone take room
+    parts = win.session.context_parts
+    assert parts.tools == shown[-1] - parts.system - parts.conversation > 100
+    assert "tool declarations" in win.context_label.toolTip()
+    assert win.context_label.text().startswith(f"context: {shown[-1]:,} / ")
+
+    win.session.set_system_prompt("Answer in one short line.")
+    qtbot.waitUntil(lambda: win.session.context_parts.system > 0, timeout=TIMEOUT)
+    src = tmp_path / "notes.md"
+    src.write_text("# Notes\n" + "keep the areas positive\n" * 20)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    win.composer.attach_files()
+    qtbot.waitUntil(lambda: len(win.attach_bar.items) == 1 and bool(win.attach_bar.items[0].tokens), timeout=TIMEOUT)
+    win.input.setPlainText("What do the notes say?")
+    n = len(shown)
+    win.send()
+    msgs = _done(qtbot, win)
+    during = shown[n]  # counted before the engine started on the reply
+    assert msgs[-1].stats["prompt_tokens"] == during
+    parts = win.session.context_parts  # after the reply: the file is still in the chat
+    assert parts.files > 0 and parts.tools > 100 and parts.system > 0 and parts.conversation > 0
+    assert shown[-1] == parts.total > during
+
+
+def test_tools_that_do_not_fit_say_so_and_answer_without_them(qtbot, tmp_path, gemma4_tools, monkeypatch):
+    """The first message of a chat whose tool declarations fill the context: no offer to leave out
+    older turns (there are none); the dialog names the tools and turning them off answers."""
+    servers = [{"name": "notes", "transport": "stdio", "command": sys.executable, "args": [str(SERVER)],
+                "env": {}, "enabled": True}]
+    w = make_window(qtbot, tmp_path, gemma4_tools["target"], gemma4_tools[0.7], max_tokens=8,
+                    mcp_servers=servers, n_ctx=256)
+    asked = []
+    monkeypatch.setattr("app.ui.window_dialogs.ask_overflow", lambda parent, help: asked.append(help) or "tools_off")
+    try:
+        qtbot.waitUntil(lambda: w.composer.tools_btn.isEnabled(), timeout=TIMEOUT)
+        w.composer.tools_btn.setChecked(True)
+        qtbot.waitUntil(lambda: w.session.context_parts is not None and w.session.context_parts.tools > 0,
+                        timeout=TIMEOUT)
+        assert w.session.context_parts.total > 256  # the meter says so before anything is sent
+        w.input.setPlainText("hi")
+        w.send()
+        qtbot.waitUntil(lambda: bool(asked) and not w.session.busy, timeout=TIMEOUT)
+        help = asked[0]
+        assert help.title == "Tools take too much of the context" and help.choices == ("tools_off", "settings")
+        assert help.text.splitlines()[3].startswith("• tool declarations: ")
+        msgs = w.store.messages(w.session.conversation_id)
+        assert [m.role for m in msgs] == ["user", "assistant"] and msgs[-1].content  # answered without tools
+        assert not w.composer.tools_btn.isChecked() and not w.session.tools_on() and len(asked) == 1
+    finally:
+        w.close()

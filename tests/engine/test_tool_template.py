@@ -52,3 +52,23 @@ def test_a_forced_call_works_on_a_vocabulary_without_gemma_4_s_markers(gemma3_pa
         assert 1 <= reply.calls[0].arguments["nights"] <= 9 and reply.calls[0].arguments["city"] in ("Paris", "Rome")
     finally:
         e.close()
+
+
+def test_tool_declarations_are_counted_and_leave_room_when_old_turns_go(gemma4_tools):
+    """The prompt's count includes its tool declarations, and leaving out old turns makes room
+    for the prompt as it will be decoded: with its tools."""
+    from engine.local.engine import Engine
+    from engine.local.runtime import LoadOptions
+
+    e = Engine.load(gemma4_tools["target"], None, LoadOptions(n_ctx=1024))
+    try:
+        tools = check_tools(TOOLS)
+        assert e.count_tokens(ASK, tools=tools) == len(e.format_chat(ASK, tools=tools)) > e.count_tokens(ASK)
+        msgs = [m for i in range(40) for m in ({"role": "user", "content": f"question {i} a b c d e f"},
+                                                {"role": "assistant", "content": f"answer {i} g h i j"})]
+        msgs.append({"role": "user", "content": "last"})
+        kept = e.drop_oldest_turns(msgs, tools=tools)
+        assert kept[-1] == msgs[-1] and len(kept) < len(msgs)
+        assert e.count_tokens(kept, tools=tools) + max(64, e.n_ctx // 8) <= e.n_ctx
+    finally:
+        e.close()

@@ -39,8 +39,8 @@ class FakeWorker(WorkerSignals):
     def generate(self, req):
         self.requests.append(req)
 
-    def count_tokens(self, cid, messages, thinking):
-        self.counted.emit(cid, sum(len(m["content"]) for m in messages), 4096)
+    def count_tokens(self, cid, messages, thinking, tools):
+        self.counted.emit(cid, sum(len(m["content"]) for m in messages), 4096, None)
 
     def count_texts(self, tag, texts):
         self.texts_counted.emit(tag, [len(t.split()) for t in texts], False)

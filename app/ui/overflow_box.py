@@ -1,0 +1,20 @@
+"""The question a chat that does not fit the context asks: what takes the room, and a button
+for each thing that can help (app.session.context_parts.overflow_help decides which)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+LABELS = {"drop": "Leave out the oldest turns", "tools_off": "Turn tools off and answer",
+          "settings": "Raise the context size…"}
+
+
+def ask_overflow(parent, help) -> str:
+    """The user's choice ("drop", "tools_off", "settings"), or "" for Cancel."""
+    box = QMessageBox(QMessageBox.Question, help.title, help.text, QMessageBox.Cancel, parent)
+    box.setTextFormat(Qt.PlainText)  # the engine's words and file names are text, never HTML
+    buttons = {box.addButton(LABELS[c], QMessageBox.AcceptRole): c for c in help.choices}
+    box.setDefaultButton(next(iter(buttons)))
+    box.exec()
+    return buttons.get(box.clickedButton(), "")
