@@ -4,9 +4,13 @@ Definitions (the same for every strategy, so numbers compare):
   prefill: decoding the prompt tokens not already in the cache; it yields the first token;
   ttft_s: from the request to the first emitted token;
   decode_tps: tokens after the first / time from the first token to the last;
-  acceptance_rate: accepted drafts / drafted tokens;
+  acceptance_rate: accepted drafted tokens / drafted tokens, of every draft source (MTP and
+    lookup): THE acceptance, the one number every surface (footer, stats strip, Compare, bench,
+    /metrics) shows;
   mean_accepted_length: tokens emitted per verify step (accepted drafts + the target's own);
-  per_position_acceptance[i]: how often draft i was accepted when it was drafted;
+  per_position_acceptance[i]: the same ratio for the drafts at position i of their draft
+    (drafted_at / accepted_at count them); weighted by drafted_at, the positions' ratios
+    average to acceptance_rate;
   mean_draft_length: drafted tokens per MTP step (with auto, 0-length steps included);
   python_share: part of decode time spent outside llama.cpp's decode calls.
 """
@@ -127,6 +131,8 @@ class GenerationStats:
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "per_position_acceptance": self.per_position_acceptance,
+            "drafted_at": list(self.drafted_at),
+            "accepted_at": list(self.accepted_at),
             "mean_draft_length": self.mean_draft_length,
             "undrafted_steps": self.undrafted_steps,
             "k_now": self.k_now,

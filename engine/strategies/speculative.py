@@ -128,8 +128,7 @@ class Speculative(DecodeStrategy):
         if source == "lookup":
             s.lookup_draft_tokens += k
             s.lookup_accepted_tokens += n_acc
-        else:
-            s.count_positions(k, n_acc)
+        s.count_positions(k, n_acc)  # every draft, whatever proposed it: one acceptance on every surface
         # each source learns from its own drafts; a plain step is every source's yardstick
         for ctl, mine in ((self.controller, source == "mtp"), (self.lookup_controller, source == "lookup")):
             if ctl is not None and (mine or k == 0) and not forced:  # forced drafts say nothing of a source

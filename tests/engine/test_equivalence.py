@@ -127,6 +127,9 @@ def test_greedy_lookup_and_hybrid_equal_baseline(spec, engine07, tolerance):
         engine07.reset()
         s = engine07.run(engine07.tokenize(text), GenerationConfig(max_tokens=48, spec=spec, draft_max=3)).stats
         drafted, accepted = drafted + s.lookup_draft_tokens, accepted + s.lookup_accepted_tokens
+        # one acceptance: the per-position counts hold every draft, lookup's too (a lookup-only
+        # model's position chart is not empty beside its acceptance)
+        assert (sum(s.drafted_at), sum(s.accepted_at)) == (s.draft_tokens, s.accepted_tokens)
     assert drafted > accepted > 0  # lookup proposed, and both outcomes were verified
 
 
