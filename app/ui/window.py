@@ -151,8 +151,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.stats_bar.show_charts(bool(self.settings["show_charts"]))
         rl.addWidget(self.stats_bar)
         self.context_label = QLabel("context: –")
-        self.context_label.setToolTip("How much of the model's context this chat uses. Past it, the oldest "
-                                      "turns have to be left out (or the context size raised in Settings).")
+        self.context_label.setToolTip(self.CONTEXT_TIP)
         self.serve_label = QLabel("")
         self.serve_label.setToolTip("The loaded model is served as an OpenAI-compatible API (File → Local API server)")
         self.serve_label.hide()
@@ -284,6 +283,10 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.session.set_chat_options(*self.toolbar.chat_options())
         self._update_controls()
 
+    CONTEXT_TIP = ("How much of the model's context this chat's prompt takes: system prompt, tool declarations, "
+                   "files and turns. Past it, the oldest turns have to be left out, tools switched off, or the "
+                   "context size raised in Settings.")
+
     def _show_context(self, used: int, n_ctx: int) -> None:
         """The context meter: tokens in use of the context size, amber past 80 %."""
         self.composer.context_used, self.composer.n_ctx = max(used, 0), n_ctx
@@ -295,6 +298,8 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         share = used / n_ctx if n_ctx else 0.0
         self.context_label.setText(f"context: {used:,} / {n_ctx:,} tokens ({share * 100:.0f} %)")
         self.context_label.setStyleSheet("color: #c77c02" if share > 0.8 else "")
+        parts = self.session.context_parts
+        self.context_label.setToolTip(self.CONTEXT_TIP + ("\n\n" + "\n".join(parts.lines()) if parts else ""))
 
     def rename_conversation(self, cid, title):
         self.store.rename(cid, title)
@@ -392,25 +397,6 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         """A measured speed-up outweighs the estimate from step costs: the banner goes."""
         if run.ratio and run.ratio >= 1.05:
             self.mtp_banner.hide()
-
-    def _overflow(self, msg: str, already_dropped: bool) -> None:
-        """Ask what to do with a chat that does not fit; a message left unanswered goes back to
-        the input box (with its attachments), so nothing is lost and no turn dangles."""
-        if not already_dropped and message(
-                self, QMessageBox.Question, "Conversation too long",
-                f"{msg}.\n\nLeave out the oldest turns for this reply? (They stay saved in the chat.)",
-                QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
-            self.session.retry_dropping_oldest()
-            return
-        w = self.session.withdraw_unanswered()
-        if w is not None:
-            self.composer.restore(w)
-        if already_dropped and message(  # the last message alone does not fit
-                self, QMessageBox.Question, "Message too long for the context",
-                f"{msg}.\n\nEven without the earlier turns your message does not leave room for an answer. It is "
-                "back in the input box: shorten it, or raise the context size. Open Settings now?",
-                QMessageBox.Yes | QMessageBox.No) == QMessageBox.Yes:
-            self.open_settings()
 
     # ---- text size, geometry, closing --------------------------------------------------
     def scale_font(self, step: float) -> None:
