@@ -76,7 +76,7 @@ class ModelInfo:
     def sources_label(self) -> str:
         """The drafting switch's text: which sources it turns on."""
         names = {"mtp": "MTP", "lookup": "Lookup"}
-        return "MTP+lookup" if len(self.sources) == 2 else names[self.sources[0]] if self.sources else "MTP"
+        return "MTP + lookup" if len(self.sources) == 2 else names[self.sources[0]] if self.sources else "MTP"
 
     @property
     def picker_key(self) -> str:

@@ -75,3 +75,21 @@ def mtp_switch_tip(info) -> str:
 COMPARE_NEEDS_BASELINE = ("Compare needs a baseline server: the same model served without a drafter (servers "
                           "cannot switch drafting per request). Add its address to this connection in "
                           "Settings → Connections.")
+
+
+DRAFT_SOURCES = {"mtp": "MTP", "lookup": "Lookup", "hybrid": "MTP + lookup"}
+
+
+def draft_source(mode: str | None) -> str:
+    """What drafted a run, by its stats' mode, in the one name every surface uses (a server's
+    drafting, "remote", is its drafter's: MTP)."""
+    return DRAFT_SOURCES.get(mode or "", "MTP")
+
+
+def sentence(text: str) -> str:
+    """A message that starts with a capital: engine and server errors are written to be
+    embedded in a sentence ("the conversation is ..."). A first word that is a name (a file,
+    a path, a field such as max_tokens) keeps its spelling."""
+    first = text.split(" ", 1)[0].rstrip(":,;")
+    return text[:1].upper() + text[1:] if first.isalpha() and first.islower() else text
+

@@ -31,6 +31,7 @@ class CompareRun:
     runs: dict = field(default_factory=lambda: {"baseline": [], "mtp": []})  # which -> [ReplyResult]
     repeats: int = 0  # runs of each kind added because the first ones were short
     concluded: bool = False
+    source: str = "MTP"  # the draft sources the drafting runs use, as the drafting switch names them
 
     def next_run(self) -> tuple[str, bool, bool] | None:
         """(which, drafting, first of its kind) for the next run, or None when all are done."""
@@ -64,6 +65,28 @@ class CompareRun:
     def median_tps(self, which: str) -> float:
         return statistics.median(r.stats.get("decode_tps") or 0.0 for r in self.runs[which])
 
+    def drafting_stats(self) -> dict:
+        """The drafting runs' numbers together, as the verdict and the stats strip both show
+        them: acceptance is accepted / drafted over every run (engine.stats defines it once),
+        each position's likewise; the speed is the median run's."""
+        runs = [r.stats for r in self.runs["mtp"]]
+        if not runs:
+            return {}
+        d = dict(runs[-1])
+        total = lambda key: sum(s.get(key) or 0 for s in runs)  # noqa: E731
+        drafted, accepted, steps = total("draft_tokens"), total("accepted_tokens"), total("steps")
+        if drafted and all(s.get("drafts_reported", True) for s in runs):
+            d["acceptance_rate"] = accepted / drafted
+        n = max(len(s.get("drafted_at") or []) for s in runs)
+        at = [[sum((s.get(key) or [])[i] if i < len(s.get(key) or []) else 0 for s in runs) for i in range(n)]
+              for key in ("drafted_at", "accepted_at")]
+        d["per_position_acceptance"] = [a / k if k else 0.0 for k, a in zip(*at)]
+        if steps:
+            d["mean_accepted_length"] = (accepted + steps) / steps
+            d["mean_draft_length"] = drafted / steps
+        d["decode_tps"] = self.median_tps("mtp")
+        return d
+
     @property
     def ratio(self) -> float | None:
         if not self.complete:
@@ -84,7 +107,7 @@ class CompareRuns:
         servers = (info.baseline_server or info.remote.server, info.remote.server) if info.remote else None
         rs = self.reply_settings()
         self.compare_run = run = CompareRun(text, self.with_system([{"role": "user", "content": text}]),
-                                            rs.sampling.greedy, rs.draft_max)
+                                            rs.sampling.greedy, rs.draft_max, source=info.sources_label)
         self.compare_started.emit(run, servers)
         self.stats_reset.emit(False)
         # marks the comparison as running until the first run starts
@@ -123,6 +146,8 @@ class CompareRuns:
         run.record(which, result)
         self.compare_run_done.emit(run, which)
         if run.concluded:
+            if run.runs["mtp"]:  # the strip ends on the numbers the verdict gives
+                self.live_stats.emit(run.drafting_stats(), None, True)
             self.compare_concluded.emit(run)
         self.busy_changed.emit()
         self._next_compare()

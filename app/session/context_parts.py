@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from app.core.help_text import sentence
+
 # count(messages, tools): the engine's prompt tokens for them, or None where it cannot tell
 Count = Callable[[list, "list | None"], "int | None"]
 
@@ -65,7 +67,7 @@ def overflow_help(engine_words: str, parts: ContextParts | None, n_ctx: int, old
     """Say what takes the room (tools, files, history) and offer only what can help: leaving
     out older turns where there are some, switching tools off where their declarations take
     room, a bigger context always."""
-    text = engine_words[:1].upper() + engine_words[1:] + "."
+    text = sentence(engine_words) + "."
     if parts is not None and parts.total:
         text += "\n\nWhat takes the room:\n" + "\n".join(f"• {line}" for line in parts.lines())
     choices = (("drop",) if older_turns else ()) + (("tools_off",) if tools_on and parts and parts.tools else ())

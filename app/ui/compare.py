@@ -16,31 +16,34 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.session.compare_run import CompareRun  # noqa: F401 (the page shows one; older imports find it here)
+from app.core.help_text import draft_source
 from .render import for_display
 from .safe_text import SafeBrowser
 
 
 def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1) -> str:
-    """The comparison in plain words: faster, the same, or slower and why."""
+    """The comparison in plain words: faster, the same, or slower and why; the drafting run is
+    named by what drafted it (MTP, lookup, or both)."""
     if not ratio:
         return "Speed: –"
+    name = draft_source(mtp_stats.get("mode"))
     speeds = f"({bt:.1f} → {mt:.1f} tok/s" + (f", median of {runs} runs each)" if runs > 1 else ")")
     if ratio >= 1.05:
-        text = f"<b>MTP was {ratio:.2f}× faster</b> {speeds}."
+        text = f"<b>{name} was {ratio:.2f}× faster</b> {speeds}."
     elif ratio >= 0.95:
-        text = f"<b>About the same speed</b> {speeds}: here what the drafter saves and what it costs cancel out."
+        text = f"<b>About the same speed</b> {speeds}: here what drafting saves and what it costs cancel out."
     else:
         acc = mtp_stats.get("acceptance_rate")
         if mtp_stats.get("draft_max") == "auto" and (mtp_stats.get("mean_draft_length") or 0) < 0.2:
             why = "drafting did not pay on this text and machine, so auto paused it; the gap is its overhead"
         elif acc is not None and acc < 0.5:
-            why = f"the model accepted only {acc * 100:.0f} % of the drafter's guesses, so most drafting was wasted"
+            why = f"the model accepted only {acc * 100:.0f} % of the drafted tokens, so most drafting was wasted"
         else:
             why = ("checking several tokens at once costs nearly as much as writing them one by one on this "
                    "hardware (typical of CPUs); " + ("auto drafts less once it has measured that, which a short "
                                                      "reply leaves it little time to do"
                                                      if mtp_stats.get("draft_max") == "auto" else "try draft length auto"))
-        text = f"<b>MTP was slower here ({ratio:.2f}×)</b> {speeds}: {why}."
+        text = f"<b>{name} was slower here ({ratio:.2f}×)</b> {speeds}: {why}."
     if usual_tps and bt and bt < 0.8 * usual_tps:  # slower than usual: something else used the machine
         text += (f" <span style='color:#c77c02'>The baseline ran at {bt:.1f} tok/s where this machine usually "
                  f"does {usual_tps:.1f}: it was busy, so run the comparison again.</span>")
@@ -96,8 +99,8 @@ class ComparePage(QWidget):
         top.addWidget(back)
         lay.addLayout(top)
         grid = QGridLayout()
-        self.base = Pane("Baseline (no drafter)")
-        self.mtp = Pane("MTP (drafter on)")
+        self.base = Pane("Baseline (no drafting)")
+        self.mtp = Pane("Drafting")
         grid.addWidget(self.base, 0, 0)
         grid.addWidget(self.mtp, 0, 1)
         lay.addLayout(grid, 1)
@@ -109,7 +112,7 @@ class ComparePage(QWidget):
         self._timer.setInterval(16)
         self._timer.timeout.connect(self._tick)
         self._replay_t0 = 0.0
-        self.greedy = True
+        self.greedy, self.servers = True, None
         self.run: CompareRun | None = None
 
     WAITING = ("running…", "waiting for the baseline run to finish…")
@@ -117,24 +120,26 @@ class ComparePage(QWidget):
     def start(self, run: CompareRun, servers: tuple[str, str] | None = None):
         """`servers`: (baseline server, MTP server) when a remote engine runs both."""
         self._timer.stop()  # a replay of the last comparison still playing ends here
-        self.greedy = run.greedy
+        self.greedy, self.servers = run.greedy, servers
         self.prompt_label.setText(f"<b>Prompt:</b> {html.escape(for_display(run.prompt[:300]))}")
         if servers:
             self.base.title.setText(f"<b>Baseline</b> (no drafter, {html.escape(servers[0])})")
             self.mtp.title.setText(f"<b>MTP</b> (the server's drafter, {html.escape(servers[1])})")
         else:
-            k = run.draft_max
-            self.base.title.setText("<b>Baseline (no drafter)</b>")
-            self.mtp.title.setText(f"<b>MTP (drafter on, k {k})</b>" if isinstance(k, str) else
-                                   f"<b>MTP (drafter on, k={k})</b>")
+            self.base.title.setText("<b>Baseline (no drafting)</b>")
+            self._drafting_title(run.source, run.draft_max)
         self.base.clear(self.WAITING[0])
         self.mtp.clear(self.WAITING[1])
         self.verdict.setText(
             "Running the baseline server, then the MTP server (one at a time, so neither slows the other; servers "
             "cannot switch drafting per request)." if servers else
-            "Running baseline, then MTP, on the same model (one at a time, so neither slows the other).")
+            f"Running baseline, then {html.escape(run.source)} drafting, on the same model (one at a time, so neither slows the other).")
         self.replay_btn.setEnabled(False)
         self.run = run
+
+    def _drafting_title(self, source: str, k) -> None:
+        self.mtp.title.setText(f"<b>{html.escape(source)} drafting</b> (k {k})" if isinstance(k, str) else
+                               f"<b>{html.escape(source)} drafting</b> (k={k})")
 
     @property
     def concluded(self) -> bool:
@@ -169,6 +174,8 @@ class ComparePage(QWidget):
         if pane.result is None:
             pane.result = result
             pane.view.setPlainText(for_display(result.answer))
+            if which == "mtp" and not self.servers:  # named by what drafted: the run's mode
+                self._drafting_title(draft_source(result.stats.get("mode")), run.draft_max)
         tps = [r.stats.get("decode_tps") or 0.0 for r in run.runs[which]]
         pane.stats.setText(html.escape(result.stats.get("footer", "")) if len(tps) == 1 else
                            f"median {statistics.median(tps):.1f} tok/s of {len(tps)} runs "
@@ -187,7 +194,7 @@ class ComparePage(QWidget):
         b, m = self.base.result, self.mtp.result
         bt, mt = run.median_tps("baseline"), run.median_tps("mtp")
         runs = min(len(run.runs["baseline"]), len(run.runs["mtp"]))
-        parts = [speed_verdict(run.ratio, bt, mt, m.stats, b.usual_tps, runs)]
+        parts = [speed_verdict(run.ratio, bt, mt, run.drafting_stats(), b.usual_tps, runs)]
         if self.greedy:
             diff = first_difference(b.answer, m.answer)
             if diff is None:

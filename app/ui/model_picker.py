@@ -90,8 +90,9 @@ def model_label(info) -> tuple[str, str]:
     if info.remote:
         r = info.remote
         return info.engine, f"{r.model} on {info.engine} at {r.server}. Switch with one click"
-    d = f" + {info.drafter_name}" if info.drafter_name else " (no MTP drafter)"
-    return ("" if info.drafter_name else "no drafter",
+    d = f" + {info.drafter_name}" if info.drafter_name else " (no MTP drafter: it drafts by lookup)"
+    # the entry already says "(no drafter)": the status says what drafts instead
+    return ("" if info.drafter_name else "lookup drafting",
             f"{info.target_name}{d}. Switch with one click; Models… to add or remove")
 
 

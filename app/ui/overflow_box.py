@@ -3,8 +3,9 @@ for each thing that can help (app.session.context_parts.overflow_help decides wh
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
+
+from .safe_text import message_box
 
 LABELS = {"drop": "Leave out the oldest turns", "tools_off": "Turn tools off and answer",
           "settings": "Raise the context size…"}
@@ -12,8 +13,7 @@ LABELS = {"drop": "Leave out the oldest turns", "tools_off": "Turn tools off and
 
 def ask_overflow(parent, help) -> str:
     """The user's choice ("drop", "tools_off", "settings"), or "" for Cancel."""
-    box = QMessageBox(QMessageBox.Question, help.title, help.text, QMessageBox.Cancel, parent)
-    box.setTextFormat(Qt.PlainText)  # the engine's words and file names are text, never HTML
+    box = message_box(parent, QMessageBox.Question, help.title, help.text, QMessageBox.Cancel)  # plain text
     buttons = {box.addButton(LABELS[c], QMessageBox.AcceptRole): c for c in help.choices}
     box.setDefaultButton(next(iter(buttons)))
     box.exec()

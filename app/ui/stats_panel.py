@@ -15,7 +15,10 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 
 from engine.generation import AUTO, SERVER_DRAFT
 
-SERIES_COLORS = {"MTP": "#2e9d52", "baseline": "#8a8f98"}
+from app.core.help_text import draft_source
+
+# the drafting run's line is named by what drafted it (app.core.help_text.draft_source)
+SERIES_COLORS = {"MTP": "#2e9d52", "Lookup": "#2e9d52", "MTP + lookup": "#2e9d52", "baseline": "#8a8f98"}
 
 
 def _theme_colors() -> tuple[str, str]:
@@ -113,18 +116,19 @@ class SpeedChart(_Plot):
 
 
 class AcceptanceBars(_Plot):
-    """How often the model accepted the drafter's guess at each draft position."""
+    """Acceptance (accepted / drafted, as the strip's) of the drafts at each draft position."""
 
     def __init__(self, parent=None):
-        super().__init__("% of guesses accepted, per draft position", "%", "position", parent)
+        super().__init__("% accepted, per draft position", "%", "position", parent)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=SERIES_COLORS["MTP"])
         self.addItem(self.bars)
         self.setYRange(0, 100, padding=0)
         self.getPlotItem().getAxis("left").setTicks([[(0, "0"), (50, "50"), (100, "100")]])
         self.values: list[float] = []
-        self.setToolTip("For each position in a draft (1 = the drafter's first guess), the share of guesses "
-                        "the model accepted. Later guesses depend on earlier ones, so the bars fall off; "
-                        "where they get low, longer drafts stop paying.")
+        self.setToolTip("Acceptance at each position of a draft (1 = the first drafted token): of the tokens "
+                        "drafted there, by MTP or lookup, the share the model accepted. A token is only "
+                        "accepted after the ones before it, so the bars fall off; where they get low, longer "
+                        "drafts stop paying. The strip's 'accepted' is the same ratio over every position.")
 
     def set_values(self, values: list[float]) -> None:
         if values == self.values:
@@ -147,10 +151,11 @@ class StatsBar(QWidget):
         "ttft": "Time to first token: from sending until the first word of the answer appears",
         "prefill": "How fast the model read your conversation before answering (tokens per second); pictures "
                    "and sounds are encoded apart first (the time after +), and only once per chat",
-        "accept": "Share of the drafter's guesses the model accepted. High on code and repetitive text, "
-                  "lower on creative prose",
-        "steplen": "Tokens produced per pass of the big model: 1 without MTP; 3 means each pass produced "
-                   "three tokens, because the model accepted two guesses and added its own",
+        "accept": "Acceptance: of the drafted tokens (MTP's or lookup's), the share the model accepted. High "
+                  "on code and repetitive text, lower on creative prose. The same figure in the reply's "
+                  "footer and in Compare's verdict",
+        "steplen": "Tokens produced per pass of the big model: 1 without drafting; 3 means each pass produced "
+                   "three tokens, because the model accepted two drafted tokens and added its own",
         "k": "Draft length: how many tokens the drafter guesses per step. 'auto' chooses it every step "
              "from what drafting costs on this computer and how often guesses are accepted, and pauses "
              "drafting when it would only slow things down",
@@ -231,13 +236,13 @@ class StatsBar(QWidget):
         elif s.get("mode") not in DRAFTING_MODES:
             lab.setText("k: –" if s.get("mode") is None else "drafting off")
         elif s.get("draft_max") != AUTO:
-            lab.setText(f"k: {s.get('draft_max')}")
+            lab.setText(f"{draft_source(s['mode'])} k: {s.get('draft_max')}")
         elif s.get("engine") not in (None, "llama.cpp"):  # a server drafting with auto: its k is not reported
             lab.setText("k auto (the server's)")
         elif s.get("paused"):
             lab.setText("MTP paused: drafts not paying off")
         else:
-            lab.setText(f"k auto (now {s.get('k_now', 0)})")
+            lab.setText(f"{draft_source(s['mode'])} k auto (now {s.get('k_now', 0)})")
         lab.setToolTip(_lookup_share(s))
 
     def _set(self, key, value):
@@ -271,11 +276,12 @@ class StatsBar(QWidget):
         self._set("steplen", f(s.get("mean_accepted_length"), ".2f"))
         self._set_k(s)
         self._fit()
-        if s.get("mode") in ("mtp", "hybrid") and (final or not self.charts.isHidden()):
+        if s.get("mode") in DRAFTING_MODES and (final or not self.charts.isHidden()):
             # a finished reply's bars even while hidden (one cheap update): shown again, the charts
             # show the chat on screen, not the one before
             self.bars.set_values(s.get("per_position_acceptance") or [])
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only
-            self.chart.add("MTP" if s.get("mode") in DRAFTING_MODES else "baseline", t, s["decode_tps"])
+            self.chart.add(draft_source(s.get("mode")) if s.get("mode") in DRAFTING_MODES else "baseline", t,
+                           s["decode_tps"])

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, Q
 from engine.models.library import Library
 
 from app.core import help_text
+from app.core.help_text import sentence
 from .chat_list import ChatList
 from app.core.chat_types import LoadRequest
 from app.session.chat_session import ChatSession
@@ -172,13 +173,13 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         s.busy_changed.connect(self._update_controls)
         s.model_changed.connect(self._model_changed)
         s.loading.connect(self._loading)
-        s.load_failed.connect(lambda msg: message(self, QMessageBox.Warning, "Could not load the model", msg))
+        s.load_failed.connect(lambda msg: message(self, QMessageBox.Warning, "Could not load the model", sentence(msg)))
         s.status.connect(lambda text, ms: self.statusBar().showMessage(text, ms))
         s.stats_reset.connect(lambda keep: self.stats_bar.reset(keep_chart=keep))
         s.live_stats.connect(lambda stats, t, final: self.stats_bar.update_stats(stats, t, final=final))
         s.context.connect(self._show_context)
         s.overflow.connect(self._overflow)
-        s.reply_failed.connect(lambda msg: message(self, QMessageBox.Warning, "Generation failed", msg))
+        s.reply_failed.connect(lambda msg: message(self, QMessageBox.Warning, "Generation failed", sentence(msg)))
         s.mtp_limit.connect(self._show_mtp_limit)
         s.drafting_learned.connect(self._drafting_learned)
         s.conversations_changed.connect(self._conversations_changed)

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox, QToolButton
 from app.core.settings import Settings
 from app.core.store import Store
 
-from ..support.window import TIMEOUT, make_window, send
+from ..support.window import TIMEOUT, compare, make_window, send
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_send_streams_and_finishes_with_stats(qtbot, win):
     assert "tok/s" in reply.footer.text() and "MTP + lookup k=3" in reply.footer.text()
     assert reply.footer.text().startswith("400 tokens in ")  # how much and how long, not only how fast
     assert "tok/s:" in win.stats_bar.labels["decode"][0].text()
-    assert win.stats_bar.labels["k"][0].text() == "k: 3"
+    assert win.stats_bar.labels["k"][0].text() == "MTP + lookup k: 3"
     assert len(win.stats_bar.chart.points) >= 1
     # the conversation got a title from the first message
     assert win.chat_list.titles()[0].startswith("Hello world")
@@ -69,7 +69,18 @@ def test_without_a_drafter_the_switch_drafts_by_lookup(qtbot, tmp_path, tiny):
     w = make_window(qtbot, tmp_path, tiny["target"])
     assert w.mtp_switch.isEnabled() and w.mtp_switch.text() == "Lookup"
     assert "no drafter" in w.mtp_switch.toolTip() and "Lookup" in w.mtp_switch.toolTip()
+    assert w.picker.currentText().endswith("(no drafter) — lookup drafting")
     assert send(qtbot, w, "hi").stats["mode"] == "lookup"
+    # Compare names what drafts (lookup, not MTP) on every surface, with one acceptance
+    page = compare(qtbot, w, "abcdefghijklmnopqrstuvwxyz abcdefgh")
+    assert page.mtp.title.text().startswith("<b>Lookup drafting</b>") and "no drafting" in page.base.title.text()
+    assert "MTP" not in page.verdict.text() and "MTP" not in page.mtp.title.text()
+    assert set(w.stats_bar.chart.series) == {"baseline", "Lookup"}
+    together = page.run.drafting_stats()
+    assert together["acceptance_rate"] is not None and w.stats_bar.bars.values  # the positions, lookup's
+    assert w.stats_bar.labels["accept"][0].text() == f"accepted: {together['acceptance_rate'] * 100:.0f} %"
+    assert "MTP" not in w.stats_bar.labels["k"][0].text()
+    w.compare_page.back.emit()
     w.mtp_switch.setChecked(False)
     assert send(qtbot, w, "hi").stats["mode"] == "baseline"
     w.close()
@@ -372,7 +383,7 @@ def test_auto_draft_length_in_the_window(qtbot, win):
     assert s["draft_max"] == "auto" and s["mean_draft_length"] is not None
     assert "MTP + lookup k auto" in reply.footer.text()
     k_text = win.stats_bar.labels["k"][0].text()
-    assert k_text.startswith("k auto (now ") or k_text == "MTP paused: drafts not paying off"
+    assert k_text.startswith("MTP + lookup k auto (now ") or k_text == "MTP paused: drafts not paying off"
 
 
 def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
@@ -624,15 +635,18 @@ def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, 
     assert "tok/s over seconds" in chart.getPlotItem().titleLabel.text
     win.draft_spin.setValue(3)
     send(qtbot, win, "a b c d e f g")
-    assert set(chart.series) == {"MTP"} and len(bars.values) == 3
+    assert set(chart.series) == {"MTP + lookup"} and len(bars.values) == 3  # named by what drafted
     win.input.setPlainText("The quick brown fox")
     qtbot.mouseClick(win.compare_btn, Qt.LeftButton)
     page = win.compare_page
     qtbot.waitUntil(lambda: page.concluded, timeout=TIMEOUT)
-    assert set(chart.series) == {"baseline", "MTP"}  # both runs on one chart
-    assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP"][0]) >= 1
-    assert [round(v, 6) for v in bars.values] == [
-        round(v, 6) for v in page.mtp.result.stats["per_position_acceptance"]]
+    assert set(chart.series) == {"baseline", "MTP + lookup"}  # both runs on one chart
+    assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP + lookup"][0]) >= 1
+    # one acceptance: the strip and the bars show the drafting runs together, as the verdict does
+    together = page.run.drafting_stats()
+    assert [round(v, 6) for v in bars.values] == [round(v, 6) for v in together["per_position_acceptance"]]
+    assert win.stats_bar.labels["accept"][0].text() == f"accepted: {together['acceptance_rate'] * 100:.0f} %"
+    assert "MTP + lookup drafting" in page.mtp.title.text()
     # View → Speed charts hides them, and the choice is kept
     win.charts_act.setChecked(False)
     assert win.stats_bar.charts.isHidden() and win.settings["show_charts"] is False
@@ -652,7 +666,7 @@ def test_switching_chats_shows_that_chats_numbers_not_the_previous_ones(qtbot, w
     assert win.stats_bar.chart.points == [] and win.stats_bar.bars.values == []
     win.open_conversation(first_chat)  # back: its last reply's numbers and bars again
     assert win.stats_bar.labels["decode"][0].text() == first
-    assert win.stats_bar.labels["k"][0].text() == "k: 2" and len(win.stats_bar.bars.values) == 2
+    assert win.stats_bar.labels["k"][0].text() == "MTP + lookup k: 2" and len(win.stats_bar.bars.values) == 2
 
 
 def test_usable_at_800_by_600(qtbot, win):

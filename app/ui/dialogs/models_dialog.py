@@ -45,7 +45,8 @@ def import_pair(parent, library: Library, path: str) -> str | None:
         shown = reasons[:3] + ([f"…and {len(reasons) - 3} more files"] if len(reasons) > 3 else [])
         why = "\n".join(shown) or "no MTP drafter file is next to it"
         message(parent, QMessageBox.Information, "No MTP drafter found",
-                f"{Path(path).name} will run without the drafter (no speed-up).\n\n{why}")
+                f"{Path(path).name} will run without an MTP drafter: it drafts by lookup only, which speeds "
+                f"up answers that repeat text already in the chat (an edited file).\n\n{why}")
     library.add(Path(path).stem, path, drafter, "import")
     return str(Path(path).resolve())
 
@@ -111,7 +112,7 @@ class ModelsDialog(QDialog):
         for i, d in enumerate(self.rows):
             e = d.entry
             name = e.name + ("  (loaded)" if self.current and Path(self.current).resolve() == Path(e.target) else "")
-            cells = [name, d.quant or "?", Path(e.drafter).name if e.drafter else "none: no speed-up",
+            cells = [name, d.quant or "?", Path(e.drafter).name if e.drafter else "none (lookup only)",
                      Path(e.projector).name if e.projector else "–", _size(d.size) if d.size else "?",
                      "problem" if d.problem else d.fit, _when(e.last_used)]
             for c, text in enumerate(cells):

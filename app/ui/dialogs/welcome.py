@@ -278,7 +278,8 @@ class WelcomeDialog(QDialog):
         if drafter is None:
             why = "\n".join(reasons) or "no other GGUF files next to it"
             message(self, QMessageBox.Information, "No MTP drafter found",
-                    f"Tandem will run without the drafter (no speed-up).\n\nWhy: {why}")
+                    "Tandem will run without an MTP drafter: it drafts by lookup only, which speeds up "
+                    f"answers that repeat text already in the chat (an edited file).\n\nWhy: {why}")
         self.library.add(Path(path).stem, path, drafter, "import")
         self.chosen = (path, str(drafter) if drafter else "")
         self.accept()
