@@ -61,8 +61,10 @@ class Composer(QWidget):
         self.attach_btn.setPopupMode(QToolButton.MenuButtonPopup)  # click: files; the arrow: a folder too
         self.tools_btn = QToolButton()  # the chat's MCP tools: on or off, and which ones there are
         self.tools_btn.setText("Tools")
+        self.tools_btn.setObjectName("toolsSwitch")  # the themes mark it when on
         self.tools_btn.setCheckable(True)
         self.tools_btn.toggled.connect(self.tools_toggled)
+        self.tools_btn.toggled.connect(self._name_tools_switch)
         self.tools_menu = QMenu(self.tools_btn)
         self.tools_btn.setMenu(self.tools_menu)
         self.tools_btn.setPopupMode(QToolButton.MenuButtonPopup)
@@ -86,13 +88,19 @@ class Composer(QWidget):
         self.send_btn.setText("Stop" if busy else "Send")
         self.send_btn.setEnabled(busy or info is not None)
 
-    def show_tools(self, why_not: str, on: bool, tools: list, busy: bool) -> None:
+    def _name_tools_switch(self, *_) -> None:
+        """On or off in words too: a theme's checked look alone can be faint."""
+        self.tools_btn.setText("Tools: on" if self.tools_btn.isChecked() else "Tools")
+
+    def show_tools(self, why_not: str, on: bool, tools: list, busy: bool, forced: str = "") -> None:
         """The Tools switch: this chat's choice, the tools the switched-on servers offer (each
-        can be asked for by name), or why there are none."""
+        can be asked for by name; the one the next answer calls, `forced`, is ticked), or why
+        there are none."""
         b = self.tools_btn
         b.blockSignals(True)
         b.setChecked(on and not why_not)
         b.blockSignals(False)
+        self._name_tools_switch()
         b.setEnabled(not why_not and not busy)
         names = ", ".join(t.key for t in tools[:12]) + (" …" if len(tools) > 12 else "")
         b.setToolTip(f"Tools are off: {why_not}" if why_not else
@@ -101,6 +109,8 @@ class Composer(QWidget):
         self.tools_menu.clear()
         for t in tools:
             act = self.tools_menu.addAction(f"Make the next answer call {t.key}  ({t.server})")
+            act.setCheckable(True)
+            act.setChecked(t.key == forced)
             act.setToolTip(t.description)
             act.triggered.connect(lambda _=False, k=t.key: self.force_tool.emit(k))
 

@@ -37,7 +37,7 @@ class WindowTools:
     def _update_tools(self) -> None:
         s, runner = self.session, getattr(self, "tool_runner", None)
         tools = [t for t in runner.hub.tools() if runner.tool(t.key) is not None] if runner else []
-        self.composer.show_tools(s.tools_available(), s.tools_on(), tools, s.busy)
+        self.composer.show_tools(s.tools_available(), s.tools_on(), tools, s.busy, s.force_tool)
 
     def _tools_toggled(self, on: bool) -> None:
         self.session.set_tools_on(on)
@@ -47,6 +47,6 @@ class WindowTools:
     def _force_tool(self, key: str) -> None:
         if not self.session.tools_on():
             self.session.set_tools_on(True)
-            self._update_tools()
         self.session.force_tool = key
+        self._update_tools()  # the switch on, the tool ticked in its menu
         self.statusBar().showMessage(f"The next answer calls {key} (you still approve the call)", 8000)

@@ -243,3 +243,33 @@ def test_tools_that_do_not_fit_say_so_and_answer_without_them(qtbot, tmp_path, g
         assert not w.composer.tools_btn.isChecked() and not w.session.tools_on() and len(asked) == 1
     finally:
         w.close()
+
+
+def test_the_tools_switch_shows_on_and_the_asked_for_tool_is_ticked_in_both_themes(qtbot, win):
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.theme import apply_theme
+
+    b = win.composer.tools_btn
+
+    def mean_colour():
+        img = b.grab().toImage()
+        px = [img.pixelColor(x, y) for x in range(2, img.width() - 2, 3) for y in range(2, img.height() - 2, 3)]
+        return [sum(getattr(c, ch)() for c in px) / len(px) for ch in ("red", "green", "blue")]
+
+    try:
+        for theme in ("dark", "light"):
+            apply_theme(QApplication.instance(), theme)
+            b.setChecked(False)
+            off = mean_colour()
+            b.setChecked(True)
+            on = mean_colour()
+            assert b.text() == "Tools: on" and sum(abs(x - y) for x, y in zip(on, off)) > 30, (theme, on, off)
+        b.setChecked(False)
+        assert b.text() == "Tools"
+        acts = {a.text().split("call ")[1].split()[0]: a for a in win.composer.tools_menu.actions()}
+        acts["today"].trigger()
+        acts = {a.text().split("call ")[1].split()[0]: a for a in win.composer.tools_menu.actions()}
+        assert b.isChecked() and acts["today"].isChecked() and not acts["crash"].isChecked()
+    finally:
+        apply_theme(QApplication.instance(), "light")
