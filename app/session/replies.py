@@ -180,7 +180,12 @@ class Replies:
         self.model.set_content(a.mid, answer, thinking, origins)
         self.model.set_stats(a.mid, result.stats)
         self.store.update_message(a.mid, answer, thinking, result.stats, origins)
-        self.status.emit(result.stats.get("footer", ""), 8000)
+        if result.stats.get("finish_reason") == "context":  # cut where no more fits: say so, and what helps
+            n_ctx = self.model_info.n_ctx if self.model_info else 0
+            self.status.emit(f"The reply filled the model's context ({n_ctx:,} tokens) and was cut there: start a "
+                             "new chat, or raise the context size in Settings", 20000)
+        else:
+            self.status.emit(result.stats.get("footer", ""), 8000)
         if result.tool_calls and self.tools is not None and result.finish_reason != "cancelled":
             # busy until the calls are answered (a stopped reply's never run)
             self.tool_turns.begin(a.cid, a.mid, result.tool_calls, a.tool_round)

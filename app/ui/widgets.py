@@ -261,7 +261,7 @@ class MessageWidget(QFrame):
         self.stats = stats
         if stats and stats.get("footer"):
             reason = stats.get("finish_reason")
-            note = {"cancelled": " · stopped", "length": " · max tokens", "context": " · context full"}.get(reason, "")
+            note = {"cancelled": " · stopped", "length": " · max tokens", "context": " · cut: the context is full"}.get(reason, "")
             self.footer.setText(stats["footer"] + note)
             self.footer.show()
         self.buttons["details"].setVisible(bool(stats and stats.get("mode") in ("mtp", "lookup", "hybrid")))

@@ -719,3 +719,16 @@ def test_the_token_origin_legend_has_the_themes_colours(qtbot, win):
         win.settings["theme"] = "light"
         win.restyle()
     assert DRAFTED_LIGHT in win.origin_legend.text()
+
+
+def test_a_reply_that_fills_the_context_says_so(qtbot, tmp_path, tiny):
+    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], n_ctx=256, max_tokens=2000)
+    try:
+        reply = send(qtbot, w, "Hello world, this is a test")  # the synthetic model writes on and on
+        assert reply.stats["finish_reason"] == "context"
+        assert reply.footer.text().endswith(" · cut: the context is full")
+        assert w.statusBar().currentMessage().startswith("The reply filled the model's context (256 tokens)")
+        assert not reply.buttons["continue"].isVisible()  # nothing more fits: Continue would only fail
+    finally:
+        w.close()
+
