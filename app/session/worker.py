@@ -265,10 +265,12 @@ class EngineWorker(QObject):
     def _tool_grammar(s, e) -> str | None:
         """The user asked for a tool: the reply is one call of it, its arguments as its schema says
         (Gemma's markers matched as the engine's vocabulary has them)."""
-        if not (s.force_tool and s.tools):
+        if not (s.force_tool and s.tools) or e.kind != "local":  # a server is asked through tool_choice
             return None
+        # a string without a maxLength gets at most half the reply's tokens in characters, so the
+        # call closes within max_tokens (a test model wrote 900 tokens of one string, and was cut)
         return calls_grammar(list(s.tools), s.force_tool, parallel=False, thinking=s.thinking,
-                             marker=e.grammar_marker)
+                             marker=e.grammar_marker, max_string=max(16, s.max_tokens // 2))
 
     @Slot(int, list)
     def count_texts(self, tag: int, texts: list) -> None:

@@ -105,8 +105,12 @@ class _SchemaGrammar:
     (recursive ones too), number bounds and multipleOf (llguidance's own JSON numbers), string
     lengths, patterns and common formats. Any other validation keyword is refused by name."""
 
-    def __init__(self, root: dict, marker=text_marker, prefix: str = "", lenient: bool = False):
+    def __init__(self, root: dict, marker=text_marker, prefix: str = "", lenient: bool = False,
+                 max_string: int | None = None):
         self.root, self.rules, self.n, self.prefix = root, {}, 0, prefix  # prefix: one tool's $refs
+        # max_string: characters a string without its own maxLength may take (None: no cap), so
+        # a forced call closes within its reply's token budget instead of being cut inside a string
+        self.max_string = max_string
         # lenient: what a forced call could not enforce is let through (declaring a tool forces
         # nothing: the tool checks its arguments); only schemas no call could be written for fail
         self.lenient = lenient
@@ -121,7 +125,7 @@ class _SchemaGrammar:
         # any value: what a parameter without a schema takes
         self.rules.update({
             "g-value": "g-string | g-object | g-array | G_NUMBER | \"true\" | \"false\" | \"null\"",
-            "g-string": self.quoted(),
+            "g-string": self.quoted([f"(?s:.){{0,{max_string}}}"] if max_string else None),
             "g-object": '"{" ( G_KEY ":" g-value ( "," G_KEY ":" g-value )* )? "}"',
             "g-array": '"[" ( g-value ( "," g-value )* )? "]"',
         })
@@ -254,8 +258,11 @@ class _SchemaGrammar:
         lo, hi = s.get("minLength", 0), s.get("maxLength")
         if not isinstance(lo, int) or lo < 0 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
             self.refuse("minLength" if "minLength" in s else "maxLength")
-        elif lo or hi is not None:
-            parts.append(f"(?s:.){{{lo},{'' if hi is None else hi}}}")
+        else:
+            if hi is None and self.max_string:
+                hi = max(lo, self.max_string)
+            if lo or hi is not None:
+                parts.append(f"(?s:.){{{lo},{'' if hi is None else hi}}}")
         return self.quoted(parts) if parts else "g-string"
 
     def array(self, s: dict, depth: int) -> str:
@@ -310,15 +317,16 @@ class _SchemaGrammar:
 
 
 def calls_grammar(tools: list[dict], name: str | None = None, parallel: bool = True,
-                  thinking: bool = False, marker=text_marker) -> str:
+                  thinking: bool = False, marker=text_marker, max_string: int | None = None) -> str:
     """The grammar (engine.local.grammar's, from Lark) of an answer that is one tool call
     (several with `parallel`), of the named tool or any declared one, whose arguments match the
     tool's parameter schema. With thinking on, a thought may come first. `marker(text)`: how a
-    marker is matched (the engine's `grammar_marker`: its token, or its text)."""
+    marker is matched (the engine's `grammar_marker`: its token, or its text). `max_string`:
+    the most characters a string without a maxLength of its own may take."""
     fns = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
     if not fns:
         raise ToolError(f"tool_choice names {name!r}, which is not among the tools")
-    g = _SchemaGrammar({}, marker)
+    g = _SchemaGrammar({}, marker, max_string=max_string)
     alts = []
     for i, fn in enumerate(fns):
         g.root, g.prefix = fn.get("parameters") or {}, f"t{i}-"

@@ -72,3 +72,27 @@ def test_tool_declarations_are_counted_and_leave_room_when_old_turns_go(gemma4_t
         assert e.count_tokens(kept, tools=tools) + max(64, e.n_ctx // 8) <= e.n_ctx
     finally:
         e.close()
+
+
+def test_a_forced_call_s_strings_are_capped_so_the_call_closes(gemma4_tools):
+    """A string argument without a maxLength of its own: the synthetic model never ends one,
+    so uncapped the call is cut at max_tokens; with `max_string` it closes, whole."""
+    from engine.local.engine import Engine
+    from engine.generation import GenerationConfig
+    from engine.gemma4.reply import ReplyAssembler
+
+    note = {"type": "function", "function": {"name": "save_note", "parameters": {
+        "type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}}
+    e = Engine.load(gemma4_tools["target"], gemma4_tools[0.7])
+    try:
+        prompt = e.format_chat([{"role": "user", "content": "Save a note"}], tools=[note])
+        for cap, expect_call in ((None, False), (24, True)):
+            grammar = calls_grammar([note], "save_note", parallel=False, marker=e.grammar_marker, max_string=cap)
+            reply = ReplyAssembler(["save_note"])
+            e.reset()
+            for ev in e.generate(prompt, GenerationConfig(max_tokens=80, grammar=grammar)):
+                reply.feed(ev)
+            assert bool(reply.calls) == expect_call, (cap, reply.origins)
+        assert len(reply.calls[0].arguments["text"]) <= 24
+    finally:
+        e.close()
