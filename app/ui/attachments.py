@@ -18,7 +18,7 @@ from engine.local.media import MAX_IMAGE_PIXELS, MAX_MEDIA_BYTES, media_kind
 from app.core.text_files import MAX_TEXT_BYTES, NotText, decode_text, human_size
 
 THUMB = 72  # px, the long side of a thumbnail
-CHIP_CHARS = 40  # a chip's words are cut in the middle past about this many characters' width
+CHIP_CHARS = 32  # a chip's file name is cut in the middle past about this many characters' width
 # any file may be a text file (told by its content), so the dialog shows all files by default
 FILE_FILTER = ("All files (*);;Pictures and sounds (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.wav *.mp3 *.flac)")
 
@@ -131,10 +131,12 @@ def tile(pixmap: QPixmap, label: str, kind: str) -> QLabel:
     w.setToolTip(label)
     if kind == "image" and not pixmap.isNull():
         w.setPixmap(pixmap)
-    else:  # a long name is cut in the middle (its start and its extension stay); the tip has it whole
+    else:  # a long name is cut in the middle (its start and its extension stay), size and tokens
+        # whole; the tooltip has it all
+        name, sep, rest = label.partition(" · ")
         fm = w.fontMetrics()
-        w.setText({"audio": "♪ ", "text": "▤ "}.get(kind, "") +
-                  fm.elidedText(label, Qt.ElideMiddle, fm.averageCharWidth() * CHIP_CHARS))
+        name = fm.elidedText(name, Qt.ElideMiddle, fm.averageCharWidth() * CHIP_CHARS)
+        w.setText({"audio": "♪ ", "text": "▤ "}.get(kind, "") + name + sep + rest)
         w.setTextFormat(Qt.PlainText)
     w.setObjectName("attachmentTile")
     return w
@@ -204,6 +206,7 @@ class AttachmentBar(QWidget):
         while self.row.count() > 1:
             w = self.row.takeAt(0).widget()
             if w:
+                w.hide()  # at once: until deleted it would still paint under the new chips
                 w.deleteLater()
         for i, item in enumerate(self.items):
             box = QWidget()
@@ -219,6 +222,7 @@ class AttachmentBar(QWidget):
             rm.clicked.connect(lambda _=False, n=i: self._remove(n))
             lay.addWidget(rm)
             self.row.insertWidget(self.row.count() - 1, box)
+            box.show()  # now, not on the next event loop turn: the row's size (_fit_height) counts it
         self.setVisible(bool(self.items))
         self._fit_height()
         self.changed.emit()
