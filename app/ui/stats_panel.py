@@ -119,7 +119,7 @@ class AcceptanceBars(_Plot):
     """Acceptance (accepted / drafted, as the strip's) of the drafts at each draft position."""
 
     def __init__(self, parent=None):
-        super().__init__("% accepted, per draft position", "%", "position", parent)
+        super().__init__(self.TITLE, "%", "position", parent)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=SERIES_COLORS["MTP"])
         self.addItem(self.bars)
         self.setYRange(0, 100, padding=0)
@@ -130,7 +130,14 @@ class AcceptanceBars(_Plot):
                         "accepted after the ones before it, so the bars fall off; where they get low, longer "
                         "drafts stop paying. The strip's 'accepted' is the same ratio over every position.")
 
-    def set_values(self, values: list[float]) -> None:
+    TITLE = "% accepted, per draft position"
+
+    def set_values(self, values: list[float], overall: float | None = None) -> None:
+        """The positions' acceptance; `overall` (the strip's figure) goes in the title, so the
+        first bar's higher share is not read as a second acceptance."""
+        title = self.TITLE + (f" (all: {overall * 100:.0f} %)" if overall is not None and values else "")
+        if title != self.getPlotItem().titleLabel.text:
+            self.getPlotItem().setTitle(title, color=_theme_colors()[1], size="9pt")
         if values == self.values:
             return
         self.values = list(values)
@@ -279,7 +286,7 @@ class StatsBar(QWidget):
         if s.get("mode") in DRAFTING_MODES and (final or not self.charts.isHidden()):
             # a finished reply's bars even while hidden (one cheap update): shown again, the charts
             # show the chat on screen, not the one before
-            self.bars.set_values(s.get("per_position_acceptance") or [])
+            self.bars.set_values(s.get("per_position_acceptance") or [], s.get("acceptance_rate"))
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only

@@ -646,6 +646,7 @@ def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, 
     together = page.run.drafting_stats()
     assert [round(v, 6) for v in bars.values] == [round(v, 6) for v in together["per_position_acceptance"]]
     assert win.stats_bar.labels["accept"][0].text() == f"accepted: {together['acceptance_rate'] * 100:.0f} %"
+    assert bars.getPlotItem().titleLabel.text.endswith(f"(all: {together['acceptance_rate'] * 100:.0f} %)")
     assert "MTP + lookup drafting" in page.mtp.title.text()
     # View → Speed charts hides them, and the choice is kept
     win.charts_act.setChecked(False)
