@@ -67,9 +67,12 @@ def overflow_help(engine_words: str, parts: ContextParts | None, n_ctx: int, old
     """Say what takes the room (tools, files, history) and offer only what can help: leaving
     out older turns where there are some, switching tools off where their declarations take
     room, a bigger context always."""
-    text = sentence(engine_words) + "."
-    if parts is not None and parts.total:
-        text += "\n\nWhat takes the room:\n" + "\n".join(f"• {line}" for line in parts.lines())
+    if parts is not None and parts.total and n_ctx:  # the numbers, without the engine's advice (not all of it helps)
+        text = (f"This chat's prompt is {parts.total:,} tokens; the model's context holds {n_ctx:,}, "
+                "and the answer needs room too.\n\nWhat takes the room:\n"
+                + "\n".join(f"• {line}" for line in parts.lines()))
+    else:
+        text = sentence(engine_words) + "."
     choices = (("drop",) if older_turns else ()) + (("tools_off",) if tools_on and parts and parts.tools else ())
     title = "Conversation too long" if older_turns else \
         "Tools take too much of the context" if "tools_off" in choices else "Message too long for the context"

@@ -28,7 +28,10 @@ def test_overflow_offers_only_what_helps():
     tools = ContextParts(5000, tools=4500)
     h = overflow_help("the conversation is 5000 tokens", tools, 4096, older_turns=False, tools_on=True)
     assert h.title == "Tools take too much of the context" and h.choices == ("tools_off", "settings")
-    assert h.text.startswith("The conversation is 5000 tokens.") and "• tool declarations: 4,500 tokens" in h.text
+    assert h.text.startswith("This chat's prompt is 5,000 tokens; the model's context holds 4,096,")
+    assert "• tool declarations: 4,500 tokens" in h.text and "drop the oldest" not in h.text
+    assert overflow_help("the conversation is 5000 tokens", None, 0, False, False).text.startswith(
+        "The conversation is 5000 tokens.")  # no count: the engine's words
     h = overflow_help("x", ContextParts(5000, files=4000), 4096, older_turns=True, tools_on=False)
     assert h.title == "Conversation too long" and h.choices == ("drop", "settings")
     h = overflow_help("x", ContextParts(5000), 4096, older_turns=False, tools_on=True)  # tools on but take nothing
