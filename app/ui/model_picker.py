@@ -27,7 +27,7 @@ class ModelPicker(QComboBox):
         self.settings = settings  # where the server connections are
         self.setObjectName("modelPicker")
         self.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.setMinimumContentsLength(14)  # long names are elided, the toolbar stays on screen at 800 px
+        self.setMinimumContentsLength(10)  # long names are elided: the window fits 800 px with real fonts (Xvfb: 807 at 14)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self.setToolTip("The model to chat with: switch with one click. Models… adds, downloads and removes them")
         self._current = ""  # a local target path, or "remote:<connection>:<model>"

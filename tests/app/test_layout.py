@@ -123,3 +123,25 @@ def test_a_message_box_is_wide_enough_for_its_title(qtbot, title, text):
     qtbot.waitExposed(box)
     assert box.width() >= box.fontMetrics().horizontalAdvance(title) + TITLE_MARGIN  # "Could … model" no more
     assert box.textFormat() == Qt.PlainText
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_gemma_4_window_fits_800_px(qtbot, tmp_path, gemma4_tools, theme):
+    """With Gemma 4's template the toolbar has its Thinking switch too, and with the theme's
+    style sheet its switches are wider: the window still goes down to 800 px (a 14-character
+    model picker made it 807)."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.theme import apply_theme
+
+    app = QApplication.instance()
+    sheet, palette = app.styleSheet(), app.palette()
+    w = make_window(qtbot, tmp_path, gemma4_tools["target"], gemma4_tools[0.7])
+    try:
+        apply_theme(app, theme)
+        assert w.think_switch.isVisible()
+        assert w.minimumSizeHint().width() <= 790, w.minimumSizeHint()
+    finally:
+        w.close()
+        app.setStyleSheet(sheet)
+        app.setPalette(palette)
