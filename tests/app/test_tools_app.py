@@ -265,6 +265,8 @@ def test_the_tools_switch_shows_on_and_the_asked_for_tool_is_ticked_in_both_them
             b.setChecked(True)
             on = mean_colour()
             assert b.text() == "Tools: on" and sum(abs(x - y) for x, y in zip(on, off)) > 30, (theme, on, off)
+            # the words whole beside the menu arrow (the checked style's border had cut them to "Tools: o")
+            qtbot.waitUntil(lambda: b.width() >= b.fontMetrics().horizontalAdvance("Tools: on") + 30, timeout=2000)
         b.setChecked(False)
         assert b.text() == "Tools"
         acts = {a.text().split("call ")[1].split()[0]: a for a in win.composer.tools_menu.actions()}
