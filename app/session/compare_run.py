@@ -80,6 +80,7 @@ class CompareRun:
         n = max(len(s.get("drafted_at") or []) for s in runs)
         at = [[sum((s.get(key) or [])[i] if i < len(s.get(key) or []) else 0 for s in runs) for i in range(n)]
               for key in ("drafted_at", "accepted_at")]
+        d["drafted_at"], d["accepted_at"] = at
         d["per_position_acceptance"] = [a / k if k else 0.0 for k, a in zip(*at)]
         if steps:
             d["mean_accepted_length"] = (accepted + steps) / steps

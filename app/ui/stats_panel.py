@@ -115,6 +115,26 @@ class SpeedChart(_Plot):
         self.setYRange(0, max(v_max, 1.0) * 1.15, padding=0)
 
 
+MAX_BARS = 8  # draft positions shown one by one; lookup drafts run to dozens, which share the last bar
+
+
+def position_bars(s: dict) -> tuple[list[float], list[str]]:
+    """Acceptance at each draft position, and the bars' labels: positions past MAX_BARS are
+    counted together in a last "9+" bar (accepted / drafted over them, so the bars still
+    average to the overall acceptance)."""
+    drafted, accepted = s.get("drafted_at") or [], s.get("accepted_at") or []
+    if not drafted:  # stats saved before the counts were kept: the ratios, first positions only
+        values = (s.get("per_position_acceptance") or [])[:MAX_BARS]
+        return values, [str(i) for i in range(1, len(values) + 1)]
+    if len(drafted) > MAX_BARS:
+        drafted = drafted[:MAX_BARS] + [sum(drafted[MAX_BARS:])]
+        accepted = accepted[:MAX_BARS] + [sum(accepted[MAX_BARS:])]
+    labels = [str(i) for i in range(1, len(drafted) + 1)]
+    if len(labels) > MAX_BARS:
+        labels[-1] = f"{MAX_BARS + 1}+"
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)], labels
+
+
 class AcceptanceBars(_Plot):
     """Acceptance (accepted / drafted, as the strip's) of the drafts at each draft position."""
 
@@ -132,7 +152,11 @@ class AcceptanceBars(_Plot):
 
     TITLE = "% accepted, per draft position"
 
-    def set_values(self, values: list[float], overall: float | None = None) -> None:
+    def show_stats(self, s: dict) -> None:
+        values, labels = position_bars(s)
+        self.set_values(values, s.get("acceptance_rate"), labels)
+
+    def set_values(self, values: list[float], overall: float | None = None, labels: list[str] | None = None) -> None:
         """The positions' acceptance; `overall` (the strip's figure) goes in the title, so the
         first bar's higher share is not read as a second acceptance."""
         title = self.TITLE + (f" (all: {overall * 100:.0f} %)" if overall is not None and values else "")
@@ -144,7 +168,8 @@ class AcceptanceBars(_Plot):
         xs = list(range(1, len(values) + 1))
         self.bars.setOpts(x=xs, height=[v * 100 for v in values])
         n = max(len(values), 3)
-        self.getPlotItem().getAxis("bottom").setTicks([[(i, str(i)) for i in range(1, n + 1)]])
+        labels = (labels or []) + [str(i) for i in range(len(labels or []) + 1, n + 1)]
+        self.getPlotItem().getAxis("bottom").setTicks([[(i, labels[i - 1]) for i in range(1, n + 1)]])
         self.setXRange(0.4, n + 0.6, padding=0)
 
 
@@ -286,7 +311,7 @@ class StatsBar(QWidget):
         if s.get("mode") in DRAFTING_MODES and (final or not self.charts.isHidden()):
             # a finished reply's bars even while hidden (one cheap update): shown again, the charts
             # show the chat on screen, not the one before
-            self.bars.set_values(s.get("per_position_acceptance") or [], s.get("acceptance_rate"))
+            self.bars.show_stats(s)
         if self.charts.isHidden():
             return  # a hidden chart costs nothing
         if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only

@@ -630,6 +630,8 @@ def test_per_chat_system_prompt(qtbot, win):
 
 
 def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, win):
+    from app.ui.stats_panel import position_bars
+
     chart, bars = win.stats_bar.chart, win.stats_bar.bars
     assert chart.units == {"left": "tok/s", "bottom": "seconds"}
     assert "tok/s over seconds" in chart.getPlotItem().titleLabel.text
@@ -644,7 +646,7 @@ def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, 
     assert len(chart.series["baseline"][0]) >= 1 and len(chart.series["MTP + lookup"][0]) >= 1
     # one acceptance: the strip and the bars show the drafting runs together, as the verdict does
     together = page.run.drafting_stats()
-    assert [round(v, 6) for v in bars.values] == [round(v, 6) for v in together["per_position_acceptance"]]
+    assert [round(v, 6) for v in bars.values] == [round(v, 6) for v in position_bars(together)[0]]
     assert win.stats_bar.labels["accept"][0].text() == f"accepted: {together['acceptance_rate'] * 100:.0f} %"
     assert bars.getPlotItem().titleLabel.text.endswith(f"(all: {together['acceptance_rate'] * 100:.0f} %)")
     assert "MTP + lookup drafting" in page.mtp.title.text()

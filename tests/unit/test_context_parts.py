@@ -37,12 +37,3 @@ def test_overflow_offers_only_what_helps():
     h = overflow_help("x", ContextParts(5000), 4096, older_turns=False, tools_on=True)  # tools on but take nothing
     assert h.choices == ("settings",) and "now 4,096 tokens" in h.text
 
-
-def test_messages_start_with_a_capital_but_names_keep_their_spelling():
-    from app.core.help_text import sentence
-
-    assert sentence("the prompt is empty") == "The prompt is empty"
-    assert sentence("notes.gguf: not a GGUF model file") == "notes.gguf: not a GGUF model file"
-    assert sentence("max_tokens must be at least 1") == "max_tokens must be at least 1"
-    assert sentence("/tmp/x.gguf: no such file") == "/tmp/x.gguf: no such file"
-    assert sentence("") == ""

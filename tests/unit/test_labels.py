@@ -1,0 +1,27 @@
+"""One name for what drafted and one acceptance on every surface; messages that start as
+sentences do."""
+
+
+def test_messages_start_with_a_capital_but_names_keep_their_spelling():
+    from app.core.help_text import sentence
+
+    assert sentence("the prompt is empty") == "The prompt is empty"
+    assert sentence("notes.gguf: not a GGUF model file") == "notes.gguf: not a GGUF model file"
+    assert sentence("max_tokens must be at least 1") == "max_tokens must be at least 1"
+    assert sentence("/tmp/x.gguf: no such file") == "/tmp/x.gguf: no such file"
+    assert sentence("") == ""
+
+
+def test_long_lookup_drafts_share_the_last_position_bar():
+    """Lookup proposes dozens of tokens: positions past 8 are one '9+' bar, accepted / drafted
+    over them, so the bars (weighted by their drafts) still average to the acceptance."""
+    from app.ui.stats_panel import MAX_BARS, position_bars
+
+    drafted = [10] * 8 + [4] * 30
+    accepted = [9] * 8 + [1] * 30
+    values, labels = position_bars({"drafted_at": drafted, "accepted_at": accepted})
+    assert labels == [str(i) for i in range(1, MAX_BARS + 1)] + ["9+"] and len(values) == 9
+    assert values[:8] == [0.9] * 8 and values[8] == 30 / 120
+    shown = [10] * 8 + [120]
+    assert sum(v * d for v, d in zip(values, shown)) / sum(shown) == sum(accepted) / sum(drafted)
+    assert position_bars({"per_position_acceptance": [0.5] * 12}) == ([0.5] * 8, [str(i) for i in range(1, 9)])
