@@ -37,14 +37,16 @@ def acceptance_details(s: dict) -> str:
     """A reply's Details: acceptance per draft position and what auto did."""
     import html
 
-    pp = s.get("per_position_acceptance") or []
-    rows = "".join(f"<tr><td>draft {i + 1}</td><td align=right>{v * 100:.0f} %</td></tr>" for i, v in enumerate(pp))
+    values, labels = position_bars(s)
+    rows = "".join(f"<tr><td>draft {n}</td><td align=right>{v * 100:.0f} %</td></tr>" for n, v in zip(labels, values))
+    rate = s.get("acceptance_rate")
+    acceptance = f": {rate * 100:.0f} % acceptance" if rate is not None else ""
     auto = (f" Draft length auto: {s.get('mean_draft_length') or 0:.2f} tokens per step on average, "
             f"{s.get('undrafted_steps', 0)} steps without drafting (drafts were not paying off there)."
             if s.get("draft_max") == "auto" else "")
     return (f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"
             f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
-            f"in {s.get('steps', 0)} verify steps.{auto}</p>")
+            f"in {s.get('steps', 0)} verify steps{acceptance}.{auto}</p>")
 
 
 def mtp_limit(ceiling: float, costs_ms: tuple[float, float, float]) -> str:
@@ -93,3 +95,22 @@ def sentence(text: str) -> str:
     first = text.split(" ", 1)[0].rstrip(":,;")
     return text[:1].upper() + text[1:] if first.isalpha() and first.islower() else text
 
+
+MAX_BARS = 8  # draft positions shown one by one; lookup drafts run to dozens, which share the last bar
+
+
+def position_bars(s: dict) -> tuple[list[float], list[str]]:
+    """Acceptance at each draft position, and the bars' labels: positions past MAX_BARS are
+    counted together in a last "9+" bar (accepted / drafted over them, so the bars still
+    average to the overall acceptance)."""
+    drafted, accepted = s.get("drafted_at") or [], s.get("accepted_at") or []
+    if not drafted:  # stats saved before the counts were kept: the ratios, first positions only
+        values = (s.get("per_position_acceptance") or [])[:MAX_BARS]
+        return values, [str(i) for i in range(1, len(values) + 1)]
+    if len(drafted) > MAX_BARS:
+        drafted = drafted[:MAX_BARS] + [sum(drafted[MAX_BARS:])]
+        accepted = accepted[:MAX_BARS] + [sum(accepted[MAX_BARS:])]
+    labels = [str(i) for i in range(1, len(drafted) + 1)]
+    if len(labels) > MAX_BARS:
+        labels[-1] = f"{MAX_BARS + 1}+"
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)], labels

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 
 from engine.generation import AUTO, SERVER_DRAFT
 
-from app.core.help_text import draft_source
+from app.core.help_text import draft_source, position_bars
 
 # the drafting run's line is named by what drafted it (app.core.help_text.draft_source)
 SERIES_COLORS = {"MTP": "#2e9d52", "Lookup": "#2e9d52", "MTP + lookup": "#2e9d52", "baseline": "#8a8f98"}
@@ -113,26 +113,6 @@ class SpeedChart(_Plot):
         v_max = max(y for _, ys_, _ in self.series.values() for y in ys_)
         self.setXRange(0, max(t_max, 1.0), padding=0.02)
         self.setYRange(0, max(v_max, 1.0) * 1.15, padding=0)
-
-
-MAX_BARS = 8  # draft positions shown one by one; lookup drafts run to dozens, which share the last bar
-
-
-def position_bars(s: dict) -> tuple[list[float], list[str]]:
-    """Acceptance at each draft position, and the bars' labels: positions past MAX_BARS are
-    counted together in a last "9+" bar (accepted / drafted over them, so the bars still
-    average to the overall acceptance)."""
-    drafted, accepted = s.get("drafted_at") or [], s.get("accepted_at") or []
-    if not drafted:  # stats saved before the counts were kept: the ratios, first positions only
-        values = (s.get("per_position_acceptance") or [])[:MAX_BARS]
-        return values, [str(i) for i in range(1, len(values) + 1)]
-    if len(drafted) > MAX_BARS:
-        drafted = drafted[:MAX_BARS] + [sum(drafted[MAX_BARS:])]
-        accepted = accepted[:MAX_BARS] + [sum(accepted[MAX_BARS:])]
-    labels = [str(i) for i in range(1, len(drafted) + 1)]
-    if len(labels) > MAX_BARS:
-        labels[-1] = f"{MAX_BARS + 1}+"
-    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)], labels
 
 
 class AcceptanceBars(_Plot):

@@ -630,7 +630,7 @@ def test_per_chat_system_prompt(qtbot, win):
 
 
 def test_speed_charts_have_axes_overlay_compare_and_show_acceptance_bars(qtbot, win):
-    from app.ui.stats_panel import position_bars
+    from app.core.help_text import position_bars
 
     chart, bars = win.stats_bar.chart, win.stats_bar.bars
     assert chart.units == {"left": "tok/s", "bottom": "seconds"}

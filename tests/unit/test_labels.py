@@ -15,7 +15,7 @@ def test_messages_start_with_a_capital_but_names_keep_their_spelling():
 def test_long_lookup_drafts_share_the_last_position_bar():
     """Lookup proposes dozens of tokens: positions past 8 are one '9+' bar, accepted / drafted
     over them, so the bars (weighted by their drafts) still average to the acceptance."""
-    from app.ui.stats_panel import MAX_BARS, position_bars
+    from app.core.help_text import MAX_BARS, position_bars
 
     drafted = [10] * 8 + [4] * 30
     accepted = [9] * 8 + [1] * 30
@@ -25,3 +25,11 @@ def test_long_lookup_drafts_share_the_last_position_bar():
     shown = [10] * 8 + [120]
     assert sum(v * d for v, d in zip(values, shown)) / sum(shown) == sum(accepted) / sum(drafted)
     assert position_bars({"per_position_acceptance": [0.5] * 12}) == ([0.5] * 8, [str(i) for i in range(1, 9)])
+
+
+def test_a_reply_s_details_list_the_same_bars_and_the_acceptance():
+    from app.core.help_text import acceptance_details
+
+    d = acceptance_details({"drafted_at": [4] * 20, "accepted_at": [2] * 20, "acceptance_rate": 0.5,
+                            "accepted_tokens": 40, "draft_tokens": 80, "steps": 4})
+    assert d.count("<tr>") == 9 and "draft 9+" in d and "40 of 80 drafted tokens accepted in 4 verify steps: 50 %" in d
