@@ -86,6 +86,9 @@ class GenerationEvent:
     thinking: str  # thinking text added by this step
     stats: GenerationStats
     finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+    # tool calls a server read out of the reply itself (a remote backend's, on its last event);
+    # a local engine's calls are read from the text by the reply assembler
+    calls: list = field(default_factory=list)
 
     @property
     def tokens(self) -> list[int]:

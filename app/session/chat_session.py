@@ -273,9 +273,8 @@ class ChatSession(Replies, CompareRuns, QObject):
         info = self.model_info
         if info is None:
             return "no model is loaded"
-        if info.remote or not info.tools:
-            return ("tools are offered to local models only" if info.remote else
-                    "this model's chat template has no tool calling (Gemma 4's has)")
+        if not info.tools:
+            return "this model's chat template has no tool calling (Gemma 4's has)"
         if self.tools is None or not self.tools.declarations():
             return "no MCP server is switched on (Settings → Tools)"
         return ""

@@ -21,9 +21,9 @@ def chat_messages(store: Store, cid: int, info: ModelInfo | None, upto: int | No
     """The chat's path (to its leaf, or to message `upto`) as the model reads it, without the
     system prompt; attachments go as files, decoded in the engine thread."""
     out = []
-    # earlier tool calls and results go to a model whose template reads them (Gemma 4's,
-    # locally); to any other the chat goes on without them
-    keep_tools = bool(info and info.tools and not info.remote)
+    # earlier tool calls and results go to a model whose template reads them (Gemma 4's, or a
+    # server's, in OpenAI's shape); to any other the chat goes on without them
+    keep_tools = bool(info and info.tools)
     for m in store.messages(cid, upto):
         if m.role not in ("user", "assistant", "tool") or (m.role == "tool" and not keep_tools):
             continue

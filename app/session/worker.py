@@ -154,6 +154,7 @@ class EngineWorker(QObject):
             target="", drafter="", target_name=e.model, drafter_name="", n_ctx=e.n_ctx or 0,
             has_mtp=bool(e.has_mtp), mtp_reason=e.mtp_reason, engine=e.engine_name, can_switch_mtp=e.can_switch_mtp,
             remote=RemoteInfo(req.connection, e.model, e.base_url),
+            tools=True,  # llama-server (--jinja), vLLM and tandem serve call tools; one that cannot says so when asked
             baseline_server=self.baseline.base_url if self.baseline else "", baseline_error=baseline_error)
 
     @Slot(object)
@@ -189,7 +190,9 @@ class EngineWorker(QObject):
             def stop() -> bool:
                 return stopped() or bool(calls_done)
 
-            tools = {"tools": list(s.tools)} if s.tools else {}  # the window offers tools for local models only
+            tools = {"tools": list(s.tools)} if s.tools else {}
+            if s.tools and s.force_tool and e.kind == "remote":  # a server forces the call itself (tool_choice)
+                tools["force_tool"] = s.force_tool
             return e.chat(messages, gc, enable_thinking=s.thinking, should_stop=stop,
                           answer_prefix=s.answer_prefix, **tools)
         except RenderCancelled:

@@ -29,6 +29,7 @@ from ..errors import TandemError
 from ..stats import GenerationStats
 from ..gemma4.text import TokenPiece
 from ..generation import SERVER_DRAFT, Backend, GenerationEvent
+from .remote_tools import StreamedCalls, openai_message, tool_fields, tools_refused
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 600.0  # a big model's first token after a long prompt can take minutes
@@ -273,11 +274,12 @@ class RemoteBackend(Backend):
 
     _draft_label = SERVER_DRAFT  # the draft length is the server's, except on tandem serve
 
-    def _request(self, messages: list[dict], config, enable_thinking: bool, answer_prefix: str) -> dict:
+    def _request(self, messages: list[dict], config, enable_thinking: bool, answer_prefix: str,
+                 tools: list[dict] | None = None, force_tool: str = "") -> dict:
         sp = config.sampling
         if any(m.get("media") for m in messages):
             raise RemoteError("pictures and sounds are not sent to servers yet: use a local model for them")
-        msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+        msgs = [openai_message(m) for m in messages]
         if answer_prefix:  # Continue: the answer so far as the last (assistant) message, which
             msgs.append({"role": "assistant", "content": answer_prefix})  # servers continue
         extra = {"top_k": sp.top_k, "min_p": sp.min_p,
@@ -293,26 +295,33 @@ class RemoteBackend(Backend):
             extra.update(add_generation_prompt=False, continue_final_message=True)
         req = dict(model=self.model, messages=msgs, stream=True, max_tokens=config.max_tokens,
                    temperature=sp.temperature, top_p=sp.top_p, stream_options={"include_usage": True},
-                   extra_body=extra)
+                   extra_body=extra, **tool_fields(tools, force_tool, self.engine_name))
         if config.seed is not None:
             req["seed"] = config.seed
         return req
 
-    def chat(self, messages, config, enable_thinking=False, should_stop=None, answer_prefix="") -> Iterator:
+    def chat(self, messages, config, enable_thinking=False, should_stop=None, answer_prefix="",
+             tools: list[dict] | None = None, force_tool: str = "") -> Iterator:
+        """`tools`: OpenAI function declarations offered to the model; `force_tool`: the one this
+        answer must call (the server's tool_choice). Calls come back on the last event."""
         config.sampling.validate()
         if config.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
         self._cancel.clear()
         before = self._counters()
-        req = self._request(messages, config, enable_thinking, answer_prefix)
+        req = self._request(messages, config, enable_thinking, answer_prefix, tools, force_tool)
         t0 = time.perf_counter()
         try:
             stream = self.client.chat.completions.create(**req)
         except Exception as e:
-            raise _explain(e, self.base_url, self.model) from None
-        return self._events(stream, before, t0, should_stop)
+            err = _explain(e, self.base_url, self.model)
+            if tools and isinstance(e, openai.APIStatusError) and e.status_code not in (401, 403, 404):
+                err = RemoteError(f"{err}. {tools_refused(self.engine_name)}")  # the tools may be why
+            raise err from None
+        calls = StreamedCalls([t["function"]["name"] for t in tools or ()], f"{self.engine_name} at {self.base_url}")
+        return self._events(stream, before, t0, should_stop, calls)
 
-    def _events(self, stream, before: SpecCounters | None, t0: float, should_stop) -> Iterator:
+    def _events(self, stream, before: SpecCounters | None, t0: float, should_stop, calls: StreamedCalls) -> Iterator:
         chunks: queue.Queue = queue.Queue()  # unbounded: a reader never blocks on a consumer that stopped
         done = object()
 
@@ -348,8 +357,9 @@ class RemoteBackend(Backend):
                     raise _explain(item, self.base_url, self.model) from None
                 now = time.perf_counter()
                 answer, thinking = self._apply(item, stats)
-                if item.choices and item.choices[0].finish_reason:
-                    finish = item.choices[0].finish_reason
+                if item.choices:
+                    calls.feed(getattr(item.choices[0].delta, "tool_calls", None))
+                    finish = item.choices[0].finish_reason or finish
                 if not (answer or thinking):
                     continue
                 counted += 1
@@ -367,13 +377,14 @@ class RemoteBackend(Backend):
             raise RemoteError(f"the connection to {self.base_url} ended before the reply was complete "
                               "(the server stopped?); the text so far is kept")
         stats.finish_reason = {"stop": "stop", "length": "length", "cancelled": "cancelled"}.get(finish, finish or "stop")
+        made = calls.calls(finish) if finish != "cancelled" else []  # a stopped reply's calls never run
         self._counter_deltas(stats, before)
         if stats.drafts_reported:
             stats.mode = "mtp" if stats.draft_tokens else "baseline"
             stats.steps = max(1, stats.generated_tokens - stats.accepted_tokens)
             if stats.generated_tokens > 1:  # one token is too few to tell
                 self._set_mtp(stats.draft_tokens > 0)
-        yield GenerationEvent([], "", "", stats.snapshot(), stats.finish_reason)
+        yield GenerationEvent([], "", "", stats.snapshot(), stats.finish_reason, calls=made)
 
     def _apply(self, chunk, stats: GenerationStats) -> tuple[str, str]:
         """Text and statistics of one streamed chunk."""

@@ -117,6 +117,9 @@ class ReplyAssembler:
                     d.calls.append(value)
             if self.want_logprobs and p.logprob is not None and p.channel != "control":
                 d.logprobs.append(self._logprob(p))
+        for call in ev.calls:  # calls a server already read out of the reply (a remote backend's)
+            if self.parallel or not (self.calls or d.calls):
+                d.calls.append(call)
         if ev.finish_reason is not None and self.parser is not None:
             rest = "".join(v for what, v in self.parser.finish() if what == "text")
             if rest:

@@ -23,6 +23,21 @@ def server_binary() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def steering_flags(target) -> tuple[str, ...]:
+    """llama-server's own --logit-bias flags that let a random-weight test model finish a
+    forced call. llama-server's Gemma 4 grammar forces `<|tool_call>call:NAME{` but lets the
+    arguments' keys be any text, where random weights wander until the token limit: "{}" made
+    likely writes the (empty) arguments of a tool without parameters; thinking and a new turn
+    made unlikely keep the grammar's optional thought out. The server decodes and parses as it
+    always does. (Each flag counts, whatever llama-server's warning about repeated flags says.)"""
+    from engine.testmodels.vocab import gguf_metadata
+
+    tokens = gguf_metadata(target, strings=("tokenizer.ggml.tokens",))["tokenizer.ggml.tokens"][1]
+    ids = {t: i for i, t in enumerate(tokens) if t in ("{}", "<|channel>", "<|turn>")}
+    return ("--logit-bias", f"{ids['{}']}+30", "--logit-bias", f"{ids['<|channel>']}-100",
+            "--logit-bias", f"{ids['<|turn>']}-100")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -31,7 +46,8 @@ def free_port() -> int:
 
 class LlamaServer:
     def __init__(self, binary: str, target, drafter=None, api_key: str | None = None, n_max: int = 3,
-                 log: Path | None = None):
+                 log: Path | None = None, extra: tuple[str, ...] = ()):
+        """`extra`: more of llama-server's own flags (--no-jinja, --logit-bias, ...)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         args = [binary, "-m", str(target), "--host", "127.0.0.1", "--port", str(self.port), "-c", "2048",
@@ -40,6 +56,7 @@ class LlamaServer:
             args += ["--model-draft", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max)]
         if api_key:
             args += ["--api-key", api_key]
+        args += list(extra)
         self.log = log
         self.proc = subprocess.Popen(args, stdout=open(log, "wb") if log else subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT, env={**os.environ, "LLAMA_ARG_N_GPU_LAYERS": "0"})
