@@ -214,7 +214,7 @@ def test_the_context_meter_counts_the_prompt_the_engine_reads(qtbot, win, tmp_pa
     assert msgs[-1].stats["prompt_tokens"] == during
     parts = win.session.context_parts  # after the reply: the file is still in the chat
     assert parts.files > 0 and parts.tools > 100 and parts.system > 0 and parts.conversation > 0
-    assert shown[-1] == parts.total > during
+    assert shown[-1] == parts.total >= during  # (a reply may be empty: the random model can end at once)
 
 
 def test_tools_that_do_not_fit_say_so_and_answer_without_them(qtbot, tmp_path, gemma4_tools, monkeypatch):
