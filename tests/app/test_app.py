@@ -14,14 +14,6 @@ from app.core.store import Store
 from ..support.window import TIMEOUT, compare, make_window, send
 
 
-@pytest.fixture
-def win(qtbot, tmp_path, tiny):
-    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
-    yield w
-    if w.isVisible():
-        w.close()
-
-
 def test_send_streams_and_finishes_with_stats(qtbot, win):
     chunks = []
     win.session.worker.stream.connect(lambda rid, pieces, stats: chunks.append((pieces, stats)))

@@ -13,11 +13,9 @@ from ..support.window import TIMEOUT, make_window, send
 
 
 @pytest.fixture
-def win(qtbot, tmp_path, tiny):
-    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=24)
-    yield w
-    if w.isVisible():
-        w.close()
+def win(win):
+    win.settings["max_tokens"] = 24  # short replies: these tests are about the window, not the text
+    return win
 
 
 def _action(win, text):

@@ -18,14 +18,6 @@ PAUSED = {"decode_tps": 1234.5, "ttft_s": 12.34, "prefill_tps": 2109.0, "media_s
           "mode": "mtp", "draft_max": 0, "engine": "llama.cpp", "paused": True, "mean_accepted_length": 3.45}
 
 
-@pytest.fixture
-def win(qtbot, tmp_path, tiny):
-    w = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7])
-    yield w
-    if w.isVisible():
-        w.close()
-
-
 def inside(win, w) -> bool:
     """`w`'s whole rectangle lies in the window's."""
     top_left = w.mapTo(win, QPoint(0, 0))
