@@ -5,6 +5,7 @@ Everything here is model or tool output: shown as plain text, never as HTML."""
 from __future__ import annotations
 
 import json
+import re
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase
@@ -20,11 +21,20 @@ STATES = {"asking": "Waiting for your approval", "running": "Running…", "ok": 
           "too_large": "Result too large", "unknown": "Not available", "stopped": "Not run"}
 
 
+BREAK_RUN = 40  # characters without a space after which a card's text may wrap
+
+
 def arguments_text(arguments: dict, limit: int = ARGS_SHOWN) -> str:
     if not arguments:
         return "(no arguments)"
     text = json.dumps(arguments, ensure_ascii=False, indent=1)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def breakable(text: str) -> str:
+    """Text with a zero-width break point in every long run without a space: a label wraps only
+    at breaks, and one long argument (a path, a model's run of symbols) must not widen the chat."""
+    return re.sub(rf"(\S{{{BREAK_RUN}}})(?=\S)", "\\1\u200b", text)
 
 
 class ToolCard(QFrame):
@@ -45,7 +55,7 @@ class ToolCard(QFrame):
         self.title.setTextFormat(Qt.PlainText)
         self.title.setStyleSheet("font-weight:600")
         lay.addWidget(self.title)
-        self.args = QLabel(arguments_text(arguments))
+        self.args = QLabel(breakable(arguments_text(arguments)))
         self.args.setTextFormat(Qt.PlainText)
         self.args.setWordWrap(True)
         self.args.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -83,7 +93,7 @@ class ToolCard(QFrame):
 
     def set_state(self, state: str, line: str = "") -> None:
         self.state = state
-        self.status.setText(STATES.get(state, state) + (f": {line}" if line else ""))
+        self.status.setText(breakable(STATES.get(state, state) + (f": {line}" if line else "")))
         for b in self.buttons.values():
             b.setVisible(state == "asking")
 

@@ -4,6 +4,8 @@ widgets out for real, so these are geometry checks, not guesses."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QLabel
@@ -137,3 +139,16 @@ def test_a_gemma_4_window_fits_800_px(qtbot, tmp_path, gemma4_tools, theme):
         w.close()
         app.setStyleSheet(sheet)
         app.setPalette(palette)
+
+
+def test_a_tool_card_wraps_a_long_argument_instead_of_widening_the_chat(qtbot):
+    """A model's run of symbols as an argument (seen with the test models and real MCP servers)
+    made the chat scroll sideways and cut the reply's buttons."""
+    from app.ui.tool_view import ToolCard
+
+    arg = "\\u0005\\u0006\\u0007" * 60  # no space in 1,080 characters
+    card = ToolCard("c1", "get_current_time", {"timezone": arg}, "time")
+    qtbot.addWidget(card)
+    card.set_outcome("error", "could not read " + "/x" * 300)
+    assert card.minimumSizeHint().width() < 400, card.minimumSizeHint()
+    assert card.args.text().replace("\u200b", "") == json.dumps({"timezone": arg}, ensure_ascii=False, indent=1)
