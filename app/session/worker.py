@@ -22,6 +22,7 @@ from engine.errors import ContextOverflowError
 from engine.generation import DEFAULT_PARALLEL, GenerationConfig
 from engine.strategies import AUTO_K_MAX
 from engine.gemma4.reply import ReplyAssembler
+from engine.gemma4.calls import CALL_OPEN
 from engine.gemma4.template_sandbox import RenderCancelled
 from engine.gemma4.call_grammar import calls_grammar
 
@@ -29,6 +30,34 @@ from app.session.context_parts import count_parts
 from app.core.chat_types import LoadRequest, ModelInfo, RemoteInfo, ReplyRequest, ReplyResult
 
 EMIT_INTERVAL_S = 1 / 15  # text updates per second: smooth to read, little CPU taken from decoding
+
+
+def _first_chars(origins: list, n: int) -> list:
+    """The [text, origin] pieces of an answer's first n characters."""
+    out = []
+    for piece, origin in origins:
+        if n <= 0:
+            break
+        out.append([piece[:n], origin])
+        n -= len(piece)
+    return out
+
+
+def call_outcome_note(reply, s, text: str, origins: list, live: dict) -> tuple[str, list]:
+    """A call the token limit cut open is not shown as its raw markup but said in words; a
+    tool asked for by name and not called (a server that ignored it) is said too."""
+    note = ""
+    if reply.cut_call and CALL_OPEN in text:
+        keep = text.rindex(CALL_OPEN)
+        text, origins = text[:keep].rstrip(), _first_chars(origins, len(text[:keep].rstrip()))
+        name = s.force_tool or ("" if reply.cut_call == "?" else reply.cut_call)
+        note = (f"the call of {name}" if name else "a tool call") + \
+            " was cut off by the token limit (Max reply tokens), so it was not run"
+    elif s.force_tool and s.tools and not reply.calls and live.get("finish_reason") != "cancelled":
+        note = f"the answer did not call {s.force_tool}, which was asked for"
+    if note and live:
+        live["footer"] = f"{live.get('footer', '')} · {note}"
+    return text, origins
 
 
 class EngineWorker(QObject):
@@ -240,11 +269,12 @@ class EngineWorker(QObject):
                 self.stream.emit(rid, pending, self._live(stats) if stats else {})
             self.failed.emit(rid, "error", str(err))
             return
-        calls, origins = reply.calls, reply.origins
+        calls, origins, text = reply.calls, reply.origins, "".join(answer)
         live = self._live(stats) if stats else {}
         if calls and live.get("finish_reason") in ("stop", "cancelled") and not stopped():
             live["finish_reason"] = "tool_calls"  # it stopped to let the tool answer
-        result = ReplyResult("".join(answer), "".join(thinking), origins, timeline, live, usual_tps,
+        text, origins = self.call_outcome_note(reply, s, text, origins, live)
+        result = ReplyResult(text, "".join(thinking), origins, timeline, live, usual_tps,
                              tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
         if stats and stats.mode in ("mtp", "hybrid") and e.kind == "local":
             self._mtp_limit(result)

@@ -168,6 +168,7 @@ class CallParser:
         self.buf: list[str] | None = None  # inside a call: its text so far
         self.size = 0
         self.held = ""  # text that may be the start of a call marker written as text
+        self.cut = ""  # the tool whose call the answer's end left open (its text went back as text)
 
     def feed(self, text: str = "", marker: str = "") -> list[tuple[str, object]]:
         if marker or not (self.held or "<" in text):
@@ -222,4 +223,8 @@ class CallParser:
         """At the end of the answer: a call left open (the token budget ran out) is text."""
         held, self.held = self.held, ""
         out = self._feed(held) if held else []
-        return out + ([("text", self._raw(closed=False))] if self.buf is not None else [])
+        if self.buf is None:
+            return out
+        body = "".join(self.buf)
+        self.cut = body[5:body.index("{")].strip() if body.startswith("call:") and "{" in body else "?"
+        return out + [("text", self._raw(closed=False))]

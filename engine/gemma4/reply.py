@@ -136,6 +136,11 @@ class ReplyAssembler:
         return self.stopper.rest()
 
     @property
+    def cut_call(self) -> str:
+        """The tool whose call the reply's end cut open (its text is the answer's tail); "" if none."""
+        return self.parser.cut if self.parser is not None else ""
+
+    @property
     def text(self) -> str:
         return self.stopper.text
 

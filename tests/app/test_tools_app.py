@@ -275,3 +275,17 @@ def test_the_tools_switch_shows_on_and_the_asked_for_tool_is_ticked_in_both_them
         assert b.isChecked() and acts["today"].isChecked() and not acts["crash"].isChecked()
     finally:
         apply_theme(QApplication.instance(), "light")
+
+
+def test_a_call_cut_by_the_token_limit_is_said_in_words_not_shown_as_markup(qtbot, win):
+    win.settings["max_tokens"] = 8  # fewer than "call:read_note{name:" takes
+    acts = {a.text().split("call ")[1].split()[0]: a for a in win.composer.tools_menu.actions()}
+    acts["read_note"].trigger()
+    win.input.setPlainText("Read my note")
+    win.send()
+    msgs = _done(qtbot, win)
+    answer = msgs[-1]
+    assert answer.role == "assistant" and "<|tool_call>" not in answer.content and not answer.calls
+    footer = win.chat_view.widgets()[-1].footer.text()
+    assert "the call of read_note was cut off by the token limit (Max reply tokens), so it was not run" in footer
+    assert _calls(win.log) == []

@@ -33,3 +33,22 @@ def test_a_reply_s_details_list_the_same_bars_and_the_acceptance():
     d = acceptance_details({"drafted_at": [4] * 20, "accepted_at": [2] * 20, "acceptance_rate": 0.5,
                             "accepted_tokens": 40, "draft_tokens": 80, "steps": 4})
     assert d.count("<tr>") == 9 and "draft 9+" in d and "40 of 80 drafted tokens accepted in 4 verify steps: 50 %" in d
+
+
+def test_what_became_of_an_asked_for_call_is_said_in_the_footer():
+    from types import SimpleNamespace as NS
+
+    from app.session.worker import call_outcome_note
+
+    asked = NS(force_tool="get_time", tools=({"function": {"name": "get_time"}},))
+    cut = NS(cut_call="get_t", calls=[])
+    text, origins = call_outcome_note(cut, asked, "Sure. <|tool_call>call:get_t", [["Sure. ", True], ["<|tool_call>", False],
+                                                                               ["call:get_t", False]], live := {"footer": "9 tokens"})
+    assert (text, origins) == ("Sure.", [["Sure.", True]])
+    assert live["footer"] == "9 tokens · the call of get_time was cut off by the token limit (Max reply tokens), so it was not run"
+    ignored = {"footer": "5 tokens", "finish_reason": "stop"}
+    assert call_outcome_note(NS(cut_call="", calls=[]), asked, "It is noon.", [], ignored)[0] == "It is noon."
+    assert ignored["footer"] == "5 tokens · the answer did not call get_time, which was asked for"
+    fine = {"footer": "5 tokens"}
+    call_outcome_note(NS(cut_call="", calls=["a call"]), asked, "", [], fine)
+    assert fine["footer"] == "5 tokens"
