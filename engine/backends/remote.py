@@ -316,7 +316,7 @@ class RemoteBackend(Backend):
         except Exception as e:
             err = _explain(e, self.base_url, self.model)
             if tools and isinstance(e, openai.APIStatusError) and e.status_code not in (401, 403, 404):
-                err = RemoteError(f"{err}. {tools_refused(self.engine_name)}")  # the tools may be why
+                err = RemoteError(f"{err}. {tools_refused(self.engine_name, force_tool)}")  # the tools may be why
             raise err from None
         calls = StreamedCalls([t["function"]["name"] for t in tools or ()], f"{self.engine_name} at {self.base_url}")
         return self._events(stream, before, t0, should_stop, calls)

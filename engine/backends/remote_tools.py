@@ -55,9 +55,13 @@ def tool_fields(tools: list[dict] | None, force_tool: str, engine: str) -> dict:
             "parallel_tool_calls": False}  # one call, as the local grammar forces
 
 
-def tools_refused(engine: str) -> str:
-    """What follows a server's error answer to a request that offered tools."""
+def tools_refused(engine: str, force_tool: str = "") -> str:
+    """What follows a server's error answer to a request that offered tools (and perhaps asked
+    for one by name: a forced call needs a grammar the server may fail to build)."""
     hint = " (llama-server answers tools only when started with --jinja)" if engine == "llama-server" else ""
+    if force_tool:
+        return (f"The request asked for a call of {force_tool} by name (tool_choice), which this server may "
+                f"not be able to do{hint}: send again without asking for the tool, or turn Tools off for this chat")
     return (f"The request offered tools, which this server may have refused{hint}: turn Tools off for this "
             "chat to talk to it without them")
 
