@@ -273,7 +273,7 @@ class EngineWorker(QObject):
         live = self._live(stats) if stats else {}
         if calls and live.get("finish_reason") in ("stop", "cancelled") and not stopped():
             live["finish_reason"] = "tool_calls"  # it stopped to let the tool answer
-        text, origins = self.call_outcome_note(reply, s, text, origins, live)
+        text, origins = call_outcome_note(reply, s, text, origins, live)
         result = ReplyResult(text, "".join(thinking), origins, timeline, live, usual_tps,
                              tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
         if stats and stats.mode in ("mtp", "hybrid") and e.kind == "local":

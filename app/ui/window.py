@@ -161,6 +161,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.composer = c = Composer()
         self.input, self.send_btn, self.attach_btn = c.input, c.send_btn, c.attach_btn
         self.attach_bar, self.edit_banner = c.attach_bar, c.edit_banner
+        self.attach_bar.changed.connect(lambda: self._show_context())  # files to send count on the meter
         self.input.send.connect(self.send)
         c.editing_changed.connect(self.chat_view.hide_from)  # the edited message and what follows leave the view
         self.send_btn.clicked.connect(lambda: self.stop() if self.session.busy else self.send())
@@ -288,19 +289,27 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
                    "files and turns. Past it, the oldest turns have to be left out, tools switched off, or the "
                    "context size raised in Settings.")
 
-    def _show_context(self, used: int, n_ctx: int) -> None:
-        """The context meter: tokens in use of the context size, amber past 80 %."""
-        self.composer.context_used, self.composer.n_ctx = max(used, 0), n_ctx
-        if used < 0:  # a server: it applies the template and counts
-            self.context_label.setText(f"context: counted by the server ({n_ctx:,} tokens)" if n_ctx
+    def _show_context(self, used: int | None = None, n_ctx: int | None = None) -> None:
+        """The context meter: the chat's prompt as counted, and the files waiting in the input
+        box to go with the next message; amber past 80 %. Without numbers: the last count again."""
+        c = self.composer
+        if used is not None:
+            c.context_used, c.n_ctx, self._counted_by_server = max(used, 0), n_ctx, used < 0
+        if getattr(self, "_counted_by_server", False):  # a server: it applies the template and counts
+            self.context_label.setText(f"context: counted by the server ({c.n_ctx:,} tokens)" if c.n_ctx
                                        else "context: counted by the server")
             self.context_label.setStyleSheet("")
             return
-        share = used / n_ctx if n_ctx else 0.0
-        self.context_label.setText(f"context: {used:,} / {n_ctx:,} tokens ({share * 100:.0f} %)")
+        if not c.n_ctx:
+            return  # not counted yet: the meter keeps its dash
+        files = c.pending_tokens()
+        total = c.context_used + files
+        share = total / c.n_ctx if c.n_ctx else 0.0
+        self.context_label.setText(f"context: {total:,} / {c.n_ctx:,} tokens ({share * 100:.0f} %)")
         self.context_label.setStyleSheet("color: #c77c02" if share > 0.8 else "")
         parts = self.session.context_parts
-        self.context_label.setToolTip(self.CONTEXT_TIP + ("\n\n" + "\n".join(parts.lines()) if parts else ""))
+        lines = (parts.lines() if parts else []) + ([f"files to send: {files:,} tokens"] if files else [])
+        self.context_label.setToolTip(self.CONTEXT_TIP + ("\n\n" + "\n".join(lines) if lines else ""))
 
     def rename_conversation(self, cid, title):
         self.store.rename(cid, title)

@@ -59,9 +59,13 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
 
     # by button: a chip with name, size and the engine's token count
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    before = win.composer.context_used
     win.composer.attach_files()
     _counted(qtbot, win, 1)
     item = win.attach_bar.items[0]
+    # the meter counts the file waiting to be sent too, and says so
+    assert win.context_label.text().startswith(f"context: {before + item.tokens:,} / ")
+    assert f"files to send: {item.tokens:,} tokens" in win.context_label.toolTip()
     assert (item.kind, item.name, item.source) == ("text", "geometry.py", str(src.resolve()))
     exact = len(win.session.worker.engine.tokenize(CODE, add_special=False, parse_special=False))
     assert item.tokens == exact and item.label == f"geometry.py · {len(CODE)} B · {exact:,} tokens"
