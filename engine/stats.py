@@ -144,7 +144,7 @@ class GenerationStats:
         }
 
     def source_label(self) -> str:
-        return {"lookup": "lookup", "hybrid": "MTP + lookup"}.get(self.mode, "MTP")
+        return {"lookup": "Lookup", "hybrid": "MTP + lookup"}.get(self.mode, "MTP")  # as the window names them
 
     def k_label(self) -> str:
         """'MTP k=3', or for auto the mean length used and the steps taken without drafting;

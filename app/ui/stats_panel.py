@@ -251,8 +251,8 @@ class StatsBar(QWidget):
             lab.setText(f"{draft_source(s['mode'])} k: {s.get('draft_max')}")
         elif s.get("engine") not in (None, "llama.cpp"):  # a server drafting with auto: its k is not reported
             lab.setText("k auto (the server's)")
-        elif s.get("paused"):
-            lab.setText("MTP paused: drafts not paying off")
+        elif s.get("paused"):  # the drafter is paused; lookup (hybrid) still drafts, and may be accepted
+            lab.setText("MTP paused, lookup on" if s.get("mode") == "hybrid" else "MTP paused: drafts not paying off")
         else:
             lab.setText(f"{draft_source(s['mode'])} k auto (now {s.get('k_now', 0)})")
         lab.setToolTip(_lookup_share(s))

@@ -62,7 +62,8 @@ def test_without_a_drafter_the_switch_drafts_by_lookup(qtbot, tmp_path, tiny):
     assert w.mtp_switch.isEnabled() and w.mtp_switch.text() == "Lookup"
     assert "no drafter" in w.mtp_switch.toolTip() and "Lookup" in w.mtp_switch.toolTip()
     assert w.picker.currentText().endswith("(no drafter) — lookup drafting")
-    assert send(qtbot, w, "hi").stats["mode"] == "lookup"
+    reply = send(qtbot, w, "hi")
+    assert reply.stats["mode"] == "lookup" and "· Lookup k auto" in reply.footer.text()  # as the switch names it
     # Compare names what drafts (lookup, not MTP) on every surface, with one acceptance
     page = compare(qtbot, w, "abcdefghijklmnopqrstuvwxyz abcdefgh")
     assert page.mtp.title.text().startswith("<b>Lookup drafting</b>") and "no drafting" in page.base.title.text()
@@ -375,7 +376,7 @@ def test_auto_draft_length_in_the_window(qtbot, win):
     assert s["draft_max"] == "auto" and s["mean_draft_length"] is not None
     assert "MTP + lookup k auto" in reply.footer.text()
     k_text = win.stats_bar.labels["k"][0].text()
-    assert k_text.startswith("MTP + lookup k auto (now ") or k_text == "MTP paused: drafts not paying off"
+    assert k_text.startswith("MTP + lookup k auto (now ") or k_text == "MTP paused, lookup on"
 
 
 def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
