@@ -144,9 +144,9 @@ class Backend(ABC):
         """Free what the backend holds (models, connections)."""
 
     def count_tokens(self, messages: list[dict], enable_thinking: bool = False,
-                     tools: list[dict] | None = None) -> int | None:
+                     tools: list[dict] | None = None, should_stop: Callable[[], bool] | None = None) -> int | None:
         """Tokens the chat's prompt takes in the context (its tool declarations included), or
-        None where the backend cannot tell."""
+        None where the backend cannot tell. `should_stop` cuts a slow template's render short."""
         return None
 
     def drop_oldest_turns(self, messages: list[dict], enable_thinking: bool = False,

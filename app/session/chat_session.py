@@ -27,7 +27,7 @@ from .tool_turn import MAX_TOOL_ROUNDS, ToolTurn, ToolTurns, result_room
 class ChatSession(Replies, CompareRuns, QObject):
     # to the engine thread, queued
     _generate = Signal(object)  # ReplyRequest
-    _count = Signal(int, list, bool, list)
+    _count = Signal(int, list, bool, list, int)
     _count_texts = Signal(int, list)
     _shutdown = Signal()
 
@@ -216,8 +216,9 @@ class ChatSession(Replies, CompareRuns, QObject):
         """Ask the engine thread how many tokens this chat's prompt takes: its history (or the
         `history` a reply is about to be given), system prompt and tool declarations."""
         if self.model_info is not None and self.conversation_id is not None:
+            rid = self.active.rid if history is not None and self.active else 0  # its Stop stops the count
             self._count.emit(self.conversation_id, self.history() if history is None else history,
-                             self.chat_options().thinking, self.tool_declarations())
+                             self.chat_options().thinking, self.tool_declarations(), rid)
 
     def _on_counted(self, cid: int, used: int, n_ctx: int, parts) -> None:
         if cid == self.conversation_id:

@@ -280,17 +280,22 @@ class EngineWorker(QObject):
             self._mtp_limit(result)
         self.finished.emit(rid, result)
 
-    @Slot(int, list, bool, list)
-    def count_tokens(self, cid: int, messages: list, thinking: bool, tools: list) -> None:
+    @Slot(int, list, bool, list, int)
+    def count_tokens(self, cid: int, messages: list, thinking: bool, tools: list, rid: int) -> None:
         """How much of the context a conversation's prompt takes, tool declarations and files
-        included, and what takes it (for the context meter)."""
+        included, and what takes it (for the context meter). `rid`: the reply this prompt is
+        for (0: none), whose Stop also stops the count (a slow template must not hold it up)."""
         e = self.engine
         if e is None or self._closing:
             return
+
+        def stopped() -> bool:
+            return self._closing or 0 < rid <= self._stopped_rid
+
         try:
-            parts = count_parts(lambda msgs, t: e.count_tokens(self._with_media(msgs), thinking, t),
+            parts = count_parts(lambda msgs, t: e.count_tokens(self._with_media(msgs), thinking, t, stopped),
                                 messages, tools or None)
-        except (TandemError, ValueError):
+        except (TandemError, ValueError, RenderCancelled):
             return  # the meter stays as it was; sending will report the problem
         self.counted.emit(cid, -1 if parts is None else parts.total, e.n_ctx or 0, parts)
 

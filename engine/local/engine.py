@@ -137,10 +137,10 @@ class Engine(Backend):
         return "no drafter loaded" if info.is_gemma4_target else f"{info.arch} models have no MTP drafter"
 
     def count_tokens(self, messages: list[dict], enable_thinking: bool = False,
-                     tools: list[dict] | None = None) -> int:
+                     tools: list[dict] | None = None, should_stop: Callable[[], bool] | None = None) -> int:
         """The prompt's tokens, as `chat` would decode them: tool declarations take room even
         before the first message."""
-        return len(self.format_chat(messages, enable_thinking, tools=tools)) if messages or tools else 0
+        return len(self.format_chat(messages, enable_thinking, should_stop, tools=tools)) if messages or tools else 0
 
     def cancel(self) -> None:
         """Ask every running generation (on another thread) to stop after its current step."""

@@ -39,7 +39,7 @@ class FakeWorker(WorkerSignals):
     def generate(self, req):
         self.requests.append(req)
 
-    def count_tokens(self, cid, messages, thinking, tools):
+    def count_tokens(self, cid, messages, thinking, tools, rid):
         self.counted.emit(cid, sum(len(m["content"]) for m in messages), 4096, None)
 
     def count_texts(self, tag, texts):
