@@ -111,7 +111,9 @@ def test_a_server_that_refuses_tools_says_so_and_the_chat_keeps_the_message(
     try:
         _ask(qtbot, win, "today", "What day is it?")
         qtbot.waitUntil(lambda: bool(boxes) and not win.session.busy, timeout=TIMEOUT)
-        assert "refused" in boxes[0] and "tools" in boxes[0] and "--jinja" in boxes[0], boxes
+        # the tool was asked for by name: the hint names that call, the flag and the way on
+        assert "asked for a call of today by name" in boxes[0] and "--jinja" in boxes[0], boxes
+        assert "turn Tools off for this chat" in boxes[0], boxes
         msgs = win.store.messages(win.session.conversation_id)
         assert [m.role for m in msgs] == ["user"] and msgs[0].content == "What day is it?"  # nothing lost
         assert not (win.log.exists() and win.log.read_text())  # nothing ran
