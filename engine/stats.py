@@ -21,6 +21,13 @@ import copy
 from dataclasses import dataclass, field
 
 
+def summed(counts: list[list[int]]) -> list[int]:
+    """Several runs' per-position counts (drafted_at, accepted_at) added position by position:
+    runs draft to different lengths."""
+    n = max((len(c) for c in counts), default=0)
+    return [sum(c[i] for c in counts if i < len(c)) for i in range(n)]
+
+
 @dataclass
 class GenerationStats:
     mode: str = "baseline"

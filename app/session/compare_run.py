@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QTimer
 
 from engine.generation import choose_spec
+from engine.stats import summed
 
 from .replies import ActiveReply
 
@@ -77,11 +78,9 @@ class CompareRun:
         drafted, accepted, steps = total("draft_tokens"), total("accepted_tokens"), total("steps")
         if drafted and all(s.get("drafts_reported", True) for s in runs):
             d["acceptance_rate"] = accepted / drafted
-        n = max(len(s.get("drafted_at") or []) for s in runs)
-        at = [[sum((s.get(key) or [])[i] if i < len(s.get(key) or []) else 0 for s in runs) for i in range(n)]
-              for key in ("drafted_at", "accepted_at")]
-        d["drafted_at"], d["accepted_at"] = at
-        d["per_position_acceptance"] = [a / k if k else 0.0 for k, a in zip(*at)]
+        d["drafted_at"] = summed([s.get("drafted_at") or [] for s in runs])
+        d["accepted_at"] = summed([s.get("accepted_at") or [] for s in runs])
+        d["per_position_acceptance"] = [a / k if k else 0.0 for k, a in zip(d["drafted_at"], d["accepted_at"])]
         if steps:
             d["mean_accepted_length"] = (accepted + steps) / steps
             d["mean_draft_length"] = drafted / steps

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..local.engine import Engine
 from ..generation import AUTO, SERVER_DRAFT, SPEC_NONE, GenerationConfig, GenerationResult, choose_spec
-from ..stats import GenerationStats
+from ..stats import GenerationStats, summed
 from ..strategies.draft_control import AUTO_K_MAX, explain
 
 # Batched vs one-row target logits differ by up to ~1.3e-2 here (FA on, F16 KV cache);
@@ -79,12 +79,8 @@ class Aggregate:
 
     def acceptance_where_drafted(self) -> list[float]:
         """Acceptance by draft position, for the positions that were drafted at all."""
-        out = []
-        for i in range(max((len(r.drafted_at) for r in self.runs), default=0)):
-            n = sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at))
-            if n:
-                out.append(sum(r.accepted_at[i] for r in self.runs if i < len(r.accepted_at)) / n)
-        return out
+        drafted, accepted = summed([r.drafted_at for r in self.runs]), summed([r.accepted_at for r in self.runs])
+        return [a / n for n, a in zip(drafted, accepted) if n]
 
     def stats(self) -> dict:
         s = GenerationStats(mode=self.mode, draft_max=self.draft_max,
@@ -93,9 +89,8 @@ class Aggregate:
                      "generated_tokens", "steps", "draft_tokens", "accepted_tokens", "llama_s",
                      "draft_llama_s", "undrafted_steps", "lookup_draft_tokens", "lookup_accepted_tokens"):
             setattr(s, name, self._sum(name))
-        n = max((len(r.drafted_at) for r in self.runs), default=0)
-        s.drafted_at = [sum(r.drafted_at[i] for r in self.runs if i < len(r.drafted_at)) for i in range(n)]
-        s.accepted_at = [sum(r.accepted_at[i] for r in self.runs if i < len(r.accepted_at)) for i in range(n)]
+        s.drafted_at = summed([r.drafted_at for r in self.runs])
+        s.accepted_at = summed([r.accepted_at for r in self.runs])
         d = s.to_dict()
         d["ttft_s"] = s.ttft_s / max(1, len(self.runs))  # mean, not sum
         # each run's decode rate leaves out its first token (it comes with the prefill)
