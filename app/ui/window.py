@@ -152,6 +152,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.stats_bar.show_charts(bool(self.settings["show_charts"]))
         rl.addWidget(self.stats_bar)
         self.context_label = QLabel("context: –")
+        self._counted_by_server = False  # the last count was a server's (it applies the template)
         self.context_label.setToolTip(self.CONTEXT_TIP)
         self.serve_label = QLabel("")
         self.serve_label.setToolTip("The loaded model is served as an OpenAI-compatible API (File → Local API server)")
@@ -295,7 +296,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         c = self.composer
         if used is not None:
             c.context_used, c.n_ctx, self._counted_by_server = max(used, 0), n_ctx, used < 0
-        if getattr(self, "_counted_by_server", False):  # a server: it applies the template and counts
+        if self._counted_by_server:
             self.context_label.setText(f"context: counted by the server ({c.n_ctx:,} tokens)" if c.n_ctx
                                        else "context: counted by the server")
             self.context_label.setStyleSheet("")
@@ -304,7 +305,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
             return  # not counted yet: the meter keeps its dash
         files = c.pending_tokens()
         total = c.context_used + files
-        share = total / c.n_ctx if c.n_ctx else 0.0
+        share = total / c.n_ctx
         self.context_label.setText(f"context: {total:,} / {c.n_ctx:,} tokens ({share * 100:.0f} %)")
         self.context_label.setStyleSheet("color: #c77c02" if share > 0.8 else "")
         parts = self.session.context_parts
