@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from ..support.system_libs import need_xvfb
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # PyInstaller builds the bundle: minutes
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("xvfb-run") is None,
-                    reason="needs Linux and xvfb-run (apt-get install xvfb)")
 def test_linux_bundle_builds_and_answers():
+    need_xvfb()
     shutil.rmtree(ROOT / "dist" / "Tandem", ignore_errors=True)
     r = subprocess.run(["bash", str(ROOT / "packaging" / "smoke-linux.sh")], capture_output=True, text=True,
                        timeout=900)
