@@ -13,6 +13,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # the model library (and anything else per-user) of this test session, never the real user's
 os.environ["TANDEM_DATA_DIR"] = tempfile.mkdtemp(prefix="tandem-test-data-")
+# ...and its prompt cache on disk (engine/local/disk_cache.py)
+os.environ["TANDEM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tandem-test-cache-")
 # One CPU thread per engine, here and in every `tandem` the tests start. The synthetic models'
 # graphs are microseconds of work: with 2 threads each decode wakes an OpenMP team, and once a
 # process holds more teams than cores (engines on several threads, as here) libgomp stops

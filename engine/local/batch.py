@@ -83,10 +83,11 @@ def target_parts(tgt, decoders: list[Sequence], prefills: list[Sequence], runnin
 
 
 def prefill_chunk(seq: Sequence, room: int, projector, target,
-                  fail: Callable[[Sequence, BaseException], None]) -> list[int] | None:
-    """The next prompt chunk (at most `room` tokens) of a prefilling sequence; an image or a
-    sound at its head is decoded first, by the projector, on its own (one it has not prepared
-    fails the sequence, not the batch: None)."""
+                  fail: Callable[[Sequence, BaseException], None], stop_at: int | None = None) -> list[int] | None:
+    """The next prompt chunk (at most `room` tokens, ending at position `stop_at` at the latest,
+    where a checkpoint is taken) of a prefilling sequence; an image or a sound at its head is
+    decoded first, by the projector, on its own (one it has not prepared fails the sequence,
+    not the batch: None)."""
     st = seq.st
     todo = seq.todo
     while todo and todo[0] < 0:
@@ -101,6 +102,8 @@ def prefill_chunk(seq: Sequence, room: int, projector, target,
         seq.slot.cached.extend(todo[:n])
         seq.pos += n
         del todo[:n]
+    if stop_at is not None and stop_at > seq.pos:
+        room = min(room, stop_at - seq.pos)
     n = 0
     while n < min(room, len(todo)) and todo[n] >= 0:
         n += 1

@@ -13,6 +13,7 @@ Tokenizing and chat formatting are prompt.py's; decoding strategies are strategi
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable, Iterator
@@ -25,6 +26,8 @@ from ..generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConf
 from .runtime import LoadOptions, Runtime
 from .grammar import Tokenizer
 from .prompt import Prompts
+from .disk_cache import DiskCache, cache_root, default_disk_budget, model_key
+from .prompt_cache import CacheCounts, HostCache, default_host_budget
 from .scheduler import Job, Scheduler, Sequence
 from ..stats import GenerationStats
 from ..strategies import CostModel, make_strategy
@@ -33,6 +36,9 @@ from ..gemma4.text import TextAssembler
 
 SEEDED_DRAFT_MAX = 2  # the draft length of a seeded generation when auto was asked for
 MEDIA_BATCH = 2048  # batch and micro-batch with a projector: a whole image in one micro-batch
+
+
+log = logging.getLogger("tandem.prompt_cache")
 
 
 class Engine(Backend):
@@ -45,10 +51,13 @@ class Engine(Backend):
         super().__init__()
         self.rt = runtime
         self.projector = None  # engine.local.media.Projector when an mmproj is loaded: images / audio
-        # step costs measured on this machine (the scheduler records them), for auto's choices
-        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, self._reusable, CostModel(), self.is_eog)
         self.closed = False
         self.prompts = Prompts(runtime.vocab, runtime.target_model, runtime.n_ctx)
+        self.cache_counts = CacheCounts()  # what the prompt cache did (/metrics)
+        self.host_cache = self._host_cache(runtime)
+        # step costs measured on this machine (the scheduler records them), for auto's choices
+        self.scheduler = Scheduler(runtime, self._new_state, runtime.n_seq, CostModel(), self.is_eog,
+                                   self.host_cache, self._turn_token(), self.cache_counts)
         self.grammar_tokenizer = Tokenizer(runtime.vocab)  # built on the first constrained request
 
     # ---- loading ---------------------------------------------------------------------
@@ -90,6 +99,7 @@ class Engine(Backend):
         self.closed = True
         self.scheduler.close()  # after the running generations saw the cancel
         with self.scheduler.contexts:
+            self.scheduler.table.save_to_disk()  # what the slots hold, for the next start
             if self.projector is not None:  # it reads the target's vocabulary: freed first
                 self.projector.close()
                 self.projector = None
@@ -278,15 +288,32 @@ class Engine(Backend):
         grammar = config.grammar if config.grammar is not None else from_json_schema(config.json_schema)
         return Grammar(self.grammar_tokenizer, grammar, self.rt.target.n_vocab)
 
-    def _reusable(self, seq: int, keep: int) -> int:
-        """How much of a sequence's cached prefix of `keep` tokens can really be reused.
-        Sliding-window layers keep only the newest positions (the cache recycles older cells
-        as it fills); the token after the prefix attends to the n_swa positions before it, so
-        if any of those is gone the cached prefix would give wrong logits: decode from scratch."""
-        if keep == 0 or self.rt.n_swa <= 0:
-            return keep
-        pos_min = self.rt.target.pos_min(seq)
-        return keep if 0 <= pos_min <= max(0, keep - self.rt.n_swa) else 0
+    def _host_cache(self, rt: Runtime) -> HostCache | None:
+        """The host cache of conversations out of the slots, writing through to the disk cache
+        (None where turned off, LoadOptions.cache_ram_mib)."""
+        o = rt.options
+        budget = default_host_budget() if o.cache_ram_mib < 0 else o.cache_ram_mib << 20
+        if budget <= 0:
+            return None
+        disk = None
+        if o.cache_disk_mib != 0:
+            try:
+                key = model_key(rt.target_info.path, o.kv_type, o.flash_attn)
+                folder = cache_root() / key
+                disk_budget = default_disk_budget(folder) if o.cache_disk_mib < 0 else o.cache_disk_mib << 20
+                disk = DiskCache(folder, key, disk_budget, self.cache_counts) if disk_budget > 0 else None
+            except OSError as e:  # a read-only or full disk: the memory cache alone
+                log.warning("prompt cache: no disk cache (%s)", e)
+        return HostCache(budget, self.cache_counts, disk)
+
+    def _turn_token(self) -> int | None:
+        """The control token that starts a chat turn (Gemma 4's, Gemma 3's), if the vocabulary
+        has one: prompts are checkpointed before it."""
+        for marker in ("<|turn>", "<start_of_turn>"):
+            toks = self.prompts.tokenize(marker, add_special=False, parse_special=True)
+            if len(toks) == 1 and self.prompts.control_text(toks[0]) == marker:
+                return toks[0]
+        return None
 
     def reset(self) -> None:
         """Forget the cached conversations no generation is using (the next prompt is decoded

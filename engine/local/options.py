@@ -26,6 +26,12 @@ class LoadOptions:
     kv_type: str = "f16"
     verbose: bool = False
     n_seq: int = 1  # sequences decoded together (tandem serve --parallel, plus the window's own)
+    # the host cache of conversations out of the slots (engine/local/prompt_cache.py), in MiB:
+    # -1, a share of the memory available at load; 0, none
+    cache_ram_mib: int = -1
+    # the same conversations on disk (engine/local/disk_cache.py), so a restart reads nothing
+    # again, in MiB: -1, a share of the free disk space; 0, none
+    cache_disk_mib: int = -1
 
     def validate(self) -> None:
         """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
@@ -39,5 +45,8 @@ class LoadOptions:
             raise ValueError(f"batch sizes must be at least 1 (got {self.n_batch}, {self.n_ubatch})")
         if not 1 <= self.n_seq <= MAX_SEQ:
             raise ValueError(f"parallel sequences must be between 1 and {MAX_SEQ} (got {self.n_seq})")
+        if self.cache_ram_mib < -1 or self.cache_disk_mib < -1:
+            raise ValueError(f"the prompt cache size must be -1 (automatic), 0 (off) or a size in MiB "
+                             f"(got {self.cache_ram_mib})")
         if self.kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")

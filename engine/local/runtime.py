@@ -162,6 +162,27 @@ class TargetRunner:
         """The oldest position a sequence still has in the cache (-1: none)."""
         return lib.llama_memory_seq_pos_min(self.memory, seq)
 
+    def save_state(self, seq: int, partial: bool) -> bytearray:
+        """A sequence's cached state, as llama.cpp serialises it: `partial`, only the
+        sliding-window layers' cells (a checkpoint); else every layer's (the whole prompt).
+        The drafter shares this cache and keeps nothing of its own, so this is the pair's state."""
+        flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else lib.LLAMA_STATE_SEQ_FLAGS_NONE
+        size = lib.llama_state_seq_get_size_ext(self.ctx, seq, flags)
+        data = bytearray(size)  # filled in place: a whole prompt's state may be hundreds of MB
+        n = lib.llama_state_seq_get_data_ext(self.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq, flags)
+        if n != size:
+            raise EngineError(f"llama.cpp saved {n} of the {size} bytes of a sequence's state")
+        return data
+
+    def load_state(self, seq: int, data: bytearray, partial: bool) -> bool:
+        """Put a `save_state` back into a sequence (what it held in those layers is replaced);
+        False when llama.cpp refused it (then those layers of the sequence hold nothing)."""
+        flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else lib.LLAMA_STATE_SEQ_FLAGS_NONE
+        if not data:
+            return False
+        buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        return lib.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, flags) == len(data)
+
     def clear(self) -> None:
         lib.llama_memory_clear(self.memory, True)
 

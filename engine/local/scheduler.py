@@ -3,17 +3,18 @@ every step decodes ONE target batch holding each sequence's part — a plain row
 its drafts, or a chunk of a new prompt — after the drafter's rows of every drafting sequence
 went through the drafter as batches of their own (one per draft position).
 
-    scheduler = Scheduler(runtime, new_sequence_state, n_slots, reusable, costs, is_eog)
+    scheduler = Scheduler(runtime, new_sequence_state, n_slots, costs, is_eog, host_cache, turn_token)
     seq = scheduler.submit(job)          # from any thread
     for ev in seq.stream(): ...          # GenerationEvents, made on the scheduler's thread
 
 One thread (started with the first job, ended with `close`) owns every llama.cpp call on the
 contexts while sequences run. Each slot is one sequence id of the target's cache and keeps
 what its last generation left there, so a conversation's next request goes to the slot with
-its longest cached prefix. A new prompt is decoded in chunks between the others' steps, so a
-long prompt never stalls the replies already streaming. The cells of the (unified) cache are
-counted: a request reserves its prompt and max_tokens, so no other can cut its reply short;
-one that does not fit beside the running ones waits (idle slots are forgotten first).
+its longest cached prefix (or comes back from the host cache: prompt_cache.py). A new prompt
+is decoded in chunks between the others' steps, so a long prompt never stalls the replies
+already streaming; a chunk ends where a checkpoint of the sliding-window layers is taken. The
+cells of the (unified) cache are counted: a request reserves its prompt and max_tokens, so no
+other can cut its reply short; one that does not fit beside the running ones waits.
 
 This module keeps the thread and the step loop; slots.py holds the sequences, the slots and
 the cells, batch.py builds a step's batches, output.py turns finished steps into events.
@@ -29,6 +30,7 @@ from ..errors import EngineError
 from ..strategies.base import Rows, Step
 from .batch import batch_room, draft_rows, joint_k, prefill_chunk, start_step, target_parts
 from .output import end_event, step_event, take_step
+from .prompt_cache import CacheCounts, HostCache, checkpoint_marks
 from .slots import Job, Sequence, Slot, SlotTable
 
 __all__ = ["Job", "Scheduler", "Sequence", "Slot"]
@@ -37,15 +39,16 @@ __all__ = ["Job", "Scheduler", "Sequence", "Slot"]
 class Scheduler:
     """The sequences' queue and the thread that decodes them together (see the module)."""
 
-    def __init__(self, rt, prepare: Callable[[Sequence], None], n_slots: int, reusable: Callable[[int, int], int],
-                 costs, is_eog: Callable[[int], bool]):
+    def __init__(self, rt, prepare: Callable[[Sequence], None], n_slots: int, costs, is_eog: Callable[[int], bool],
+                 host: HostCache | None = None, turn_token: int | None = None, counts: CacheCounts | None = None):
         self.rt = rt
         self.prepare = prepare  # makes a sequence's DecodeState (in the scheduler's thread)
         self.costs = costs  # the engine's CostModel: what batches and draft steps cost here
         self.is_eog = is_eog
         self.projector = None  # the engine's Projector, when pictures or sounds are loaded
         self.n_slots = n_slots
-        self.table = SlotTable(rt, n_slots, reusable)  # the slots and the cells in use
+        self.turn_token = turn_token  # the token that starts a chat turn (checkpoints go before it)
+        self.table = SlotTable(rt, n_slots, host, counts)  # the slots, the cells in use, the host cache
         self.slots = self.table.slots
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -164,16 +167,17 @@ class Scheduler:
             free = [s for s in self.slots if not s.busy]
             while self.waiting and free:
                 seq = self.waiting[0]
-                slot, keep = self.table.place(seq.job.prompt, free)
                 # it reserves its prompt and its max_tokens
                 seq.reserve = min(self.rt.n_ctx, len(seq.job.prompt) + seq.job.config.max_tokens)
-                if not self.table.make_room(slot, seq.reserve, self.running):
+                if not self.table.make_room(seq.reserve, self.running):
                     return
+                place = self.table.place(seq.job.prompt, free)
                 self.waiting.pop(0)
-                free.remove(slot)
-                seq.slot = slot
-                self.table.take(slot, keep)
+                free.remove(place.slot)
+                seq.slot = place.slot
+                seq.t_start = time.perf_counter()  # a restore of its cache is part of its prefill
                 try:
+                    keep = self.table.take(place, seq.job.prompt, self.running)
                     self._start(seq, keep)
                 except BaseException as e:
                     self._fail(seq, e)
@@ -181,13 +185,14 @@ class Scheduler:
                 self.running.append(seq)
 
     def _start(self, seq: Sequence, keep: int) -> None:
-        seq.t_start = time.perf_counter()
         self.prepare(seq)
         st = seq.st
         st.seq = seq.slot.seq
         st.stats.reused_tokens = keep
         seq.todo = seq.job.prompt[keep:]
         seq.pos = keep
+        if self.rt.n_swa > 0:  # without sliding-window layers any prefix is reusable as it is
+            seq.marks = checkpoint_marks(seq.job.prompt, keep, self.turn_token)
         st.stats.prefill_tokens = len(seq.todo)
         st.n_past = keep
         if seq.todo[-1] < 0:
@@ -259,7 +264,8 @@ class Scheduler:
             self._fail(seq, e)
 
     def _prefill_chunk(self, seq: Sequence, room: int) -> list[int] | None:
-        return prefill_chunk(seq, room, self.projector, self.rt.target, self._fail)
+        return prefill_chunk(seq, room, self.projector, self.rt.target, self._fail,
+                             seq.marks[0] if seq.marks else None)
 
     def _prefilled(self, seq: Sequence, chunk: list[int], rows: Rows) -> None:
         st = seq.st
@@ -267,6 +273,9 @@ class Scheduler:
         seq.pos += len(chunk)
         del seq.todo[:len(chunk)]
         st.n_past = seq.pos
+        while seq.marks and seq.marks[0] <= seq.pos:
+            if seq.marks.pop(0) == seq.pos and seq.todo:
+                self.table.checkpoint(seq.slot)
         if seq.todo:
             return
         # the prompt's last row: the first token (as llama.cpp's own generate does) and, for MTP,

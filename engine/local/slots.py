@@ -1,25 +1,29 @@
 """The sequences that generate at once and the slots of the target's cache they run in.
 
 Each slot is one sequence id of the target's cache and keeps what its last generation left
-there, so a conversation's next request goes to the slot with its longest cached prefix. The
-cells of the (unified) cache are counted: a request reserves its prompt and max_tokens, so no
-other can cut its reply short; idle slots' caches are forgotten, least recently used first,
-when a new one needs their cells. A sequence's events reach its consumer through its queue
-(read by `EventStream`) or the job's sink.
+there (and checkpoints of its sliding-window layers), so a conversation's next request goes to
+the slot with its longest reusable prefix. The cells of the (unified) cache are counted: a
+request reserves its prompt and max_tokens, so no other can cut its reply short; idle slots
+keep their caches until the cells are really needed, then go to the host cache, least
+recently used first, and come back from it when their conversation does (prompt_cache.py).
+A sequence's events reach its consumer through its queue (read by `EventStream`) or the job's
+sink.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np
-
 from ..generation import GenerationConfig, GenerationEvent
 from ..strategies.base import DecodeState, DecodeStrategy, Step
 from ..gemma4.text import TextAssembler
+from .prompt_cache import MAX_CHECKPOINTS, MIN_SAVED, CacheCounts, Checkpoint, HostCache, Saved, reuse
+
+log = logging.getLogger("tandem.prompt_cache")
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Job:
 class Slot:
     seq: int  # the sequence id in the target's cache
     cached: list[int] = field(default_factory=list)  # tokens whose K/V it holds, in order
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # of its sliding-window layers, oldest first
     used_at: float = 0.0
     busy: bool = False
 
@@ -57,6 +62,7 @@ class Sequence:
         self.slot: Slot | None = None
         self.st: DecodeState | None = None
         self.todo: list[int] = []  # prompt tokens still to prefill
+        self.marks: list[int] = []  # positions of the prompt where a checkpoint is taken, ascending
         self.pos = 0  # where the next prompt chunk goes
         self.step = None  # the running step (a generator) and what it asks for
         self.wants = None
@@ -111,49 +117,152 @@ class EventStream:
         self.close()
 
 
-class SlotTable:
-    """The slots, what each holds in the target's cache, and the cells in use."""
+@dataclass
+class Placement:
+    """Where a prompt goes: its slot, the tokens of the slot's cache it keeps, the checkpoint
+    restored first (or None) and the saved conversation put into the slot first (or None)."""
 
-    def __init__(self, rt, n_slots: int, reusable: Callable[[int, int], int]):
+    slot: Slot
+    keep: int
+    checkpoint: Checkpoint | None = None
+    saved: Saved | None = None
+    from_disk: object = None  # the DiskEntry `saved` was read from
+
+
+class SlotTable:
+    """The slots, what each holds in the target's cache, and the cells in use; conversations
+    that leave a slot go to the host cache (prompt_cache.py) and come back from it."""
+
+    def __init__(self, rt, n_slots: int, host: HostCache | None = None, counts: CacheCounts | None = None):
         self.rt = rt
-        self.reusable = reusable  # (slot seq id, prefix length) -> how much of it can be reused
+        self.host = host
+        self.counts = counts if counts is not None else CacheCounts()
         self.slots = [Slot(i) for i in range(n_slots)]
 
-    def place(self, prompt: list[int], free: list[Slot]) -> tuple[Slot, int]:
-        """(slot, tokens of its cache kept) for a prompt: the free slot holding the longest
-        reusable prefix of it where that is the slot's conversation going on, else an empty
-        slot or the least recently used."""
-        n = len(prompt)
+    def _reuse(self, slot: Slot, prompt: list[int]) -> tuple[int, Checkpoint | None]:
+        if not slot.cached:
+            return 0, None
+        return reuse(slot.cached, slot.checkpoints, self.rt.target.pos_min(slot.seq), prompt, self.rt.n_swa)
 
-        def reuse(slot):  # the last prompt token is always decoded again (its row gives the logits)
-            return self.reusable(slot.seq, min(common_prefix(slot.cached, prompt), n - 1))
-        slot = max(free, key=lambda s: (reuse(s), -s.used_at))
-        if reuse(slot) < len(slot.cached) // 2:
-            # not that slot's conversation going on (a shared system prompt, at most):
-            # an empty slot, else the one used longest ago, keeps the others' caches
+    def place(self, prompt: list[int], free: list[Slot]) -> Placement:
+        """A prompt's placement: the free slot holding the longest reusable prefix of it where
+        that is the slot's conversation going on, else an empty slot or the least recently used
+        (a short side request never takes a long conversation's slot while another can take
+        it); a saved conversation that keeps more of it is put back into that slot."""
+        scores = {id(s): self._reuse(s, prompt) for s in free}
+        slot = max(free, key=lambda s: (scores[id(s)][0], -s.used_at))
+        if scores[id(slot)][0] < len(slot.cached) // 2:
+            # not that slot's conversation going on (a shared system prompt, at most): an
+            # empty slot, else the one used longest ago, keeps the others' caches
             slot = min(free, key=lambda s: (bool(s.cached), s.used_at))
-        keep = reuse(slot)
-        while 0 < keep < n and prompt[keep] < 0 and prompt[keep - 1] == prompt[keep]:
-            keep -= 1  # never half an image: its positions are decoded together
-        return slot, keep
+        keep, ck = scores[id(slot)]
+        best = Placement(slot, keep, ck)
+        if self.host is None:
+            return best
+        into = min(free, key=lambda s: (bool(s.cached), s.used_at))  # where a saved one goes back
+        saved, n = self.host.best(prompt, self.rt.n_swa)
+        if saved is not None and n > best.keep:
+            best = Placement(into, n, None, saved)
+        disk = self.host.disk
+        entry, n = disk.best(prompt, self.rt.n_swa) if disk is not None else (None, 0)
+        if entry is not None and n > best.keep:
+            saved = disk.load(entry)  # None: it did not hold its checks (and is gone)
+            if saved is not None:
+                best = Placement(into, n, None, saved, entry)
+        return best
 
-    def make_room(self, slot: Slot, reserve: int, running: list[Sequence]) -> bool:
-        """Whether a sequence reserving `reserve` cells fits in `slot` beside the running ones
-        (idle slots' caches are forgotten to make room). What it gets alone, no other sequence
-        may take from it: it waits for running ones to end instead."""
-        over = self.cells(running, promised=True) - len(slot.cached) + reserve - self.rt.n_ctx
-        if over > 0:
-            self.evict(over, slot)
-            if self.cells(running, promised=True) - len(slot.cached) + reserve > self.rt.n_ctx and running:
-                return False  # alone, it fits: its prompt was checked against the context
-        return True
+    def make_room(self, reserve: int, running: list[Sequence]) -> bool:
+        """Whether a sequence reserving `reserve` cells (its prompt and max_tokens) may start
+        beside the running ones: what they reserved, no other sequence may take from them (it
+        waits for them to end instead). Idle slots keep their caches until their cells are
+        really needed (`evict`); alone, it fits (its prompt was checked against the context)."""
+        return not running or sum(seq.reserve for seq in running) + reserve <= self.rt.n_ctx
 
-    def take(self, slot: Slot, keep: int) -> None:
-        """The slot is busy; its cache keeps its first `keep` tokens."""
+    def take(self, place: Placement, prompt: list[int], running: list[Sequence]) -> int:
+        """The slot is busy; its cache keeps the placement's prefix of `prompt` (restored from
+        a checkpoint or the host cache where the placement says). Returns the tokens kept."""
+        slot = place.slot
         slot.busy = True
-        if keep < len(slot.cached):
+        keep, ck = place.keep, place.checkpoint
+        if place.saved is not None:
+            keep, ck = self._put_back(slot, place, prompt, running)
+        elif keep > 0:
+            self.counts.events["slot_hits"] += 1
+        if keep < len(slot.cached) and len(slot.cached) - keep >= MIN_SAVED:
+            self._save(slot)  # an edit, or another conversation: this one may come back
+        if ck is not None and not self.rt.target.load_state(slot.seq, ck.data, partial=True):
+            self.counts.events["checkpoint_failures"] += 1
+            keep, ck = 0, None
+        elif ck is not None:
+            self.counts.events["checkpoint_restores"] += 1
+        while 0 < keep < len(prompt) and prompt[keep] < 0 and prompt[keep - 1] == prompt[keep]:
+            keep -= 1  # never half an image: its positions are decoded together
+        self._truncate(slot, keep)
+        if keep == 0:
+            self.counts.events["misses"] += 1
+        return keep
+
+    def _put_back(self, slot: Slot, place: Placement, prompt: list[int], running: list[Sequence]):
+        """A saved conversation into `slot` (what the slot held is saved first); its reuse."""
+        saved = place.saved
+        if len(slot.cached) >= MIN_SAVED:
+            self._save(slot)
+        self._truncate(slot, 0)
+        self.evict(len(saved.tokens) - (self.rt.n_ctx - self.cells(running)), slot)
+        self.host.take(saved)
+        if not self.rt.target.load_state(slot.seq, saved.data, partial=False):
+            self.counts.events["host_failures"] += 1
+            if place.from_disk is not None:  # llama.cpp refused what the checks let through
+                self.host.disk.refuse(place.from_disk, "llama.cpp refused its state")
+            self._truncate(slot, 0)
+            return 0, None
+        self.counts.events["host_hits" if place.from_disk is None else "disk_restores"] += 1
+        slot.cached, slot.checkpoints = list(saved.tokens), list(saved.checkpoints)
+        return self._reuse(slot, prompt)
+
+    def _save(self, slot: Slot) -> None:
+        """A copy of what the slot holds into the host cache (when there is one)."""
+        if self.host is None or len(slot.cached) < MIN_SAVED:
+            return
+        try:
+            data = self.rt.target.save_state(slot.seq, partial=False)
+        except Exception:
+            self.counts.events["host_failures"] += 1
+            return
+        self.host.put(Saved(list(slot.cached), data, list(slot.checkpoints), self.rt.target.pos_min(slot.seq)))
+
+    def save_to_disk(self) -> None:
+        """What every slot holds into the disk cache, and its writes finished (at close)."""
+        disk = self.host.disk if self.host is not None else None
+        if disk is None:
+            return
+        for slot in self.slots:
+            if len(slot.cached) >= MIN_SAVED and min(slot.cached) >= 0:
+                try:
+                    disk.put(Saved(list(slot.cached), self.rt.target.save_state(slot.seq, partial=False),
+                                   list(slot.checkpoints), self.rt.target.pos_min(slot.seq)))
+                except Exception as e:
+                    log.warning("prompt cache: a slot could not be saved: %s", e)
+        disk.close()
+
+    def _truncate(self, slot: Slot, keep: int) -> None:
+        if keep < len(slot.cached) or keep == 0:
             self.rt.target.truncate(keep, slot.seq)
             del slot.cached[keep:]
+        slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= keep]
+
+    def checkpoint(self, slot: Slot) -> None:
+        """The sliding-window layers' state of the slot now (it holds slot.cached), kept for a
+        later prompt that parts from this one after this point."""
+        try:
+            data = self.rt.target.save_state(slot.seq, partial=True)
+        except Exception:
+            self.counts.events["checkpoint_failures"] += 1
+            return
+        slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens < len(slot.cached)]
+        slot.checkpoints.append(Checkpoint(len(slot.cached), data))
+        del slot.checkpoints[:-MAX_CHECKPOINTS]
+        self.counts.events["checkpoints"] += 1
 
     def free(self, slot: Slot, cached: list[int] | None, known: bool = True) -> None:
         """The slot is free again, holding `cached` (None: what it holds already); not `known`:
@@ -163,51 +272,43 @@ class SlotTable:
                 self.rt.target.truncate(0, slot.seq)
             except Exception:
                 pass
-            slot.cached = []
+            slot.cached, slot.checkpoints = [], []
         elif cached is not None:
             slot.cached = cached
+            slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens <= len(cached)]
         slot.busy = False
         slot.used_at = time.monotonic()
 
-    def cells(self, running: list[Sequence], promised: bool = False) -> int:
-        """Cells of the cache in use: what idle slots keep and what running sequences decoded
-        (`promised`: what running sequences reserved, their prompt and max_tokens)."""
+    def cells(self, running: list[Sequence]) -> int:
+        """Cells of the cache in use: what idle slots keep and what running sequences decoded."""
         idle = sum(len(s.cached) for s in self.slots if not s.busy)
-        if promised:
-            return idle + sum(seq.reserve for seq in running)
         return idle + sum(seq.pos if seq.todo else seq.st.n_past for seq in running if seq.st is not None)
 
     def evict(self, cells: int, keep_slot: Slot | None = None) -> None:
-        """Forget idle slots' caches, least recently used first, until `cells` are free."""
+        """Free `cells` cells: idle slots' caches go to the host cache and leave the slots,
+        least recently used first."""
         for slot in sorted((s for s in self.slots if not s.busy and s is not keep_slot and s.cached),
                            key=lambda s: s.used_at):
             if cells <= 0:
                 return
             cells -= len(slot.cached)
-            self.rt.target.truncate(0, slot.seq)
-            slot.cached = []
+            self._save(slot)
+            self._truncate(slot, 0)
+            self.counts.events["slot_evictions"] += 1
 
     def forget_idle(self) -> None:
-        """Drop what idle slots cached (the next prompts decode from scratch)."""
+        """Drop what idle slots and the host cache keep (the next prompts decode from scratch)."""
         for slot in self.slots:
             if not slot.busy:
-                self.rt.target.truncate(0, slot.seq)
-                slot.cached = []
+                self._truncate(slot, 0)
+        if self.host is not None:
+            self.host.clear()
 
     def forget_all(self) -> None:
         """After a failed decode the cache content is unknown: every slot starts empty."""
         for slot in self.slots:
-            slot.cached = []
+            slot.cached, slot.checkpoints = [], []
         try:
             self.rt.target.clear()
         except Exception:
             pass
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    x, y = np.asarray(a[:n]), np.asarray(b[:n])
-    diff = np.flatnonzero(x != y)
-    return int(diff[0]) if diff.size else n
