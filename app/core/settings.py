@@ -85,10 +85,11 @@ def sampling_params(settings: dict) -> SamplingParams:
 
 
 def load_options(settings: dict) -> LoadOptions:
-    """How the settings load a local pair (the rest of LoadOptions: its defaults)."""
+    """How the settings load a local pair (the rest of LoadOptions: its defaults). The window
+    keeps its chats' caches on disk, so a long chat is not read again after a restart."""
     return LoadOptions(n_ctx=settings["n_ctx"], n_threads=settings["threads"],
                        target_gpu_layers=settings["target_gpu_layers"],
-                       drafter_gpu_layers=settings["drafter_gpu_layers"])
+                       drafter_gpu_layers=settings["drafter_gpu_layers"], cache_disk_mib=-1)
 
 
 def default_config_path() -> Path:

@@ -34,10 +34,15 @@ def load(args):
 
     n_seq = getattr(args, "parallel", 1)
     default_ctx = max(CTX_PER_SEQUENCE * n_seq, SERVE_MIN_CTX if args.command == "serve" else 0)
+    serve = args.command == "serve"
     opts = LoadOptions(n_ctx=args.ctx or default_ctx, n_threads=args.threads,
                        target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
-                       verbose=args.verbose, n_seq=n_seq)
+                       verbose=args.verbose, n_seq=n_seq,
+                       # the prompt cache beyond the slots: tandem serve's, in memory and on disk
+                       # (a benchmark or a one-off generation measures and reads from cold)
+                       cache_ram_mib=args.cache_ram if serve else 0,
+                       cache_disk_mib=0 if not serve or args.no_disk_cache else -1)
     mmproj = getattr(args, "mmproj", None)
     if not mmproj and (getattr(args, "image", None) or getattr(args, "audio", None)):
         from ..models.pairing import find_projector

@@ -167,6 +167,11 @@ def _add_serve(sub) -> None:
     sv.add_argument("--parallel", type=_positive(), default=DEFAULT_PARALLEL,
                     help="requests decoded together, in one batch per step (default 4)")
     sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait beyond those (default 4)")
+    sv.add_argument("--cache-ram", type=int, default=-1, metavar="MIB",
+                    help="memory for conversations out of the slots, so they come back without being read again "
+                         "(default -1: a quarter of the memory available, at most 8192; 0: none)")
+    sv.add_argument("--no-disk-cache", action="store_true",
+                    help="keep no conversations on disk (by default they are, so a restart reads nothing again)")
     sv.add_argument("--name", nargs="+", metavar="NAME", help="the model name clients see (default: the file's "
                     "name); more names: its aliases, which /v1/models lists too")
     sv.add_argument("--tags", nargs="+", default=[], metavar="TAG", help="labels /v1/models lists for the model")

@@ -87,8 +87,12 @@ class DiskCache:
                 self._drop(path, f"unreadable ({e})")
                 continue
             self.entries.append(entry)
-        for tmp in self.folder.glob("*.tmp"):  # a write that a crash cut short
-            tmp.unlink(missing_ok=True)
+        for tmp in self.folder.glob("*.tmp"):  # a write that a crash cut short (not one under way)
+            try:
+                if time.time() - tmp.stat().st_mtime > 3600:
+                    tmp.unlink()
+            except OSError:
+                pass
         self._count()
 
     def _read_header(self, path: Path) -> DiskEntry:

@@ -30,8 +30,9 @@ class LoadOptions:
     # -1, a share of the memory available at load; 0, none
     cache_ram_mib: int = -1
     # the same conversations on disk (engine/local/disk_cache.py), so a restart reads nothing
-    # again, in MiB: -1, a share of the free disk space; 0, none
-    cache_disk_mib: int = -1
+    # again, in MiB: -1, a share of the free disk space; 0, none (the default of the Python API;
+    # tandem serve and the window turn it on)
+    cache_disk_mib: int = 0
 
     def validate(self) -> None:
         """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""

@@ -138,6 +138,7 @@ class SlotTable:
         self.host = host
         self.counts = counts if counts is not None else CacheCounts()
         self.slots = [Slot(i) for i in range(n_slots)]
+        self.cold = False  # the next prompt reads nothing saved (after forget_idle: a measurement)
 
     def _reuse(self, slot: Slot, prompt: list[int]) -> tuple[int, Checkpoint | None]:
         if not slot.cached:
@@ -157,7 +158,8 @@ class SlotTable:
             slot = min(free, key=lambda s: (bool(s.cached), s.used_at))
         keep, ck = scores[id(slot)]
         best = Placement(slot, keep, ck)
-        if self.host is None:
+        cold, self.cold = self.cold, False
+        if self.host is None or cold:
             return best
         into = min(free, key=lambda s: (bool(s.cached), s.used_at))  # where a saved one goes back
         saved, n = self.host.best(prompt, self.rt.n_swa)
@@ -297,12 +299,14 @@ class SlotTable:
             self.counts.events["slot_evictions"] += 1
 
     def forget_idle(self) -> None:
-        """Drop what idle slots and the host cache keep (the next prompts decode from scratch)."""
+        """Drop what idle slots and the host cache keep; the next prompt is decoded from scratch
+        (what the disk keeps is not read for it: it stays for the next start)."""
         for slot in self.slots:
             if not slot.busy:
                 self._truncate(slot, 0)
         if self.host is not None:
             self.host.clear()
+        self.cold = True
 
     def forget_all(self) -> None:
         """After a failed decode the cache content is unknown: every slot starts empty."""

@@ -33,6 +33,7 @@ class Totals:
     accepted: Counter = field(default_factory=Counter)
     drafts: int = 0  # verify steps that had a draft
     n_tokens_max: int = 0  # the longest sequence: prompt and reply
+    hosted_tools_left_out: int = 0  # hosted tools in requests' tools, not offered to the model
 
     def add(self, api: str, stats) -> None:
         self.requests[api] += 1
@@ -89,6 +90,13 @@ class ServerState:
             s = all_stats[-1]
             self._log(dict(kind=api, stream=stream, tokens=sum(x.generated_tokens for x in all_stats),
                            tps=s.decode_tps, accepted=s.acceptance_rate, seconds=seconds))
+
+    def hosted_left_out(self, api: str, kinds: list[str]) -> None:
+        """A request's hosted tools were left out of what the model is offered (hosted_tools.py)."""
+        from .hosted_tools import left_out_note
+
+        self.totals.hosted_tools_left_out += len(kinds)
+        self._log({"kind": api, "error": left_out_note(kinds)})
 
     def note(self, api: str, what: str) -> None:
         """A request that did not end with a reply (refused, failed, or its client went away)."""

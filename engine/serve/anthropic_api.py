@@ -11,7 +11,9 @@ assistant's `thinking` blocks are left out (Gemma 4's template drops earlier thi
 `thinking: {"type": "enabled"}` turns on Gemma 4's thinking channel, which comes back as
 thinking blocks (with an empty signature: nothing is signed here). Fields that do not change
 the answer (metadata, cache_control, context_management, service_tier) are accepted; blocks
-and tools Tandem cannot honour (documents, server tools, MCP servers) are refused by name.
+and tools Tandem cannot honour (documents, MCP servers, Anthropic-defined client tools) are
+refused by name; server tools Anthropic runs (web search, web fetch, code execution) are left
+out of what the model is offered (hosted_tools.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from . import request as rq
 from .admission import ServerState, watched
 from .choice import Choice, off_loop, open_chat
 from .errors import ANTHROPIC_TYPES, ApiError, from_exception
+from .hosted_tools import MESSAGES_HOSTED, is_hosted
 from .llama_api import count_prompt
 from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
@@ -137,14 +140,19 @@ def _message(m: dict, i: int) -> list[dict]:
     return out
 
 
-def _tools(tools: list[dict] | None) -> list[dict] | None:
+def _tools(tools: list[dict] | None, left_out: list[str]) -> list[dict] | None:
+    """Client tools as chat's functions; server tools Anthropic runs are left out, their types
+    added to `left_out` (hosted_tools.py)."""
     if tools is None:
         return None
     out = []
     for i, t in enumerate(tools):
         kind = t.get("type") if isinstance(t, dict) else None
+        if is_hosted(kind, MESSAGES_HOSTED):
+            left_out.append(kind)
+            continue
         if kind not in (None, "custom"):
-            raise ApiError(400, f"tools[{i}]: server tools ({str(kind)[:60]!r}) are not supported; declare your own "
+            raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:60]!r} are not supported; declare your own "
                                 "tools with name, description and input_schema", param=f"tools[{i}].type")
         out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
                                                      "parameters": t.get("input_schema") or {"type": "object"}}})
@@ -196,15 +204,18 @@ def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
         raise ApiError(400, "messages: at least one message is needed", param="messages")
     thinking = _thinking(req.thinking, req.max_tokens)
     choice, parallel = _tool_choice(req.tool_choice)
+    left_out: list[str] = []
     body = {"model": req.model, "messages": messages, "max_tokens": req.max_tokens, "stop": req.stop_sequences,
-            "tools": _tools(req.tools), "tool_choice": choice, "parallel_tool_calls": parallel,
+            "tools": _tools(req.tools, left_out), "tool_choice": choice, "parallel_tool_calls": parallel,
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
             "verbose": req.verbose, "return_progress": req.return_progress}
     for name in ("temperature", "top_p", "top_k"):
         value = getattr(req, name)
         if value is not None:
             body[name] = value
-    return rq.translated(ChatRequest, body), thinking
+    chat = rq.translated(ChatRequest, body)
+    chat._hosted_left_out = left_out
+    return chat, thinking
 
 
 def stop_reason(r) -> tuple[str, str | None]:

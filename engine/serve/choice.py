@@ -14,7 +14,7 @@ from typing import AsyncIterator, Callable
 
 from fastapi import Request
 
-from .admission import ServerState, generate
+from .admission import ServerState, api_of, generate
 from . import request as rq
 from .errors import ApiError, from_exception
 from .openai_shapes import Timings
@@ -146,6 +146,8 @@ async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thi
     msgs = await off_loop(rq.messages, chat)
     tools = rq.tool_use(chat, engine, thinking)
     cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
+    if chat._hosted_left_out:
+        state.hosted_left_out(api_of(request.url.path), chat._hosted_left_out)
     return await Choice.open(state, request, "chat", cfg, tools, rq.stop_strings(chat),
                              chat_start(msgs, thinking, tools))
 

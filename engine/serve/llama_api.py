@@ -131,7 +131,8 @@ def router(state: ServerState) -> APIRouter:
                 "bos_token": template.bos_token if template else "", "eos_token": template.eos_token if template else "",
                 "build_info": _build_info(), "endpoint_metrics": True, "endpoint_props": False,
                 "endpoint_slots": True, "is_sleeping": False,
-                "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max}}
+                "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max,
+                           "prompt_cache": _prompt_cache(e)}}
 
     @r.get("/slots")
     async def slots():
@@ -162,7 +163,11 @@ def slot_list(engine) -> list[dict]:
         out = []
         for i, slot in enumerate(sch.slots):
             entry = {"id": i, "n_ctx": engine.n_ctx, "speculative": bool(engine.spec_sources),
-                     "is_processing": slot.busy}
+                     "is_processing": slot.busy,
+                     # what the slot keeps for the next request (llama-server: its last task's tokens)
+                     "n_prompt_tokens": len(slot.cached),
+                     "tandem": {"n_cached_tokens": len(slot.cached), "n_checkpoints": len(slot.checkpoints),
+                                "checkpoint_bytes": sum(len(c.data) for c in slot.checkpoints)}}
             seq = running.get(id(slot))
             if seq is not None:
                 st = seq.st.stats
@@ -172,6 +177,19 @@ def slot_list(engine) -> list[dict]:
                                           "n_remain": max(seq.job.config.max_tokens - st.generated_tokens, 0)}])
             out.append(entry)
     return out
+
+
+def _prompt_cache(engine) -> dict | None:
+    """The prompt cache beyond the slots: its bounds and what it holds (None: a remote engine)."""
+    counts = getattr(engine, "cache_counts", None)
+    if counts is None:
+        return None
+    host = engine.host_cache
+    disk = host.disk if host is not None else None
+    return {"ram_bytes_max": host.budget if host else 0, "ram_bytes": counts.host_bytes,
+            "ram_entries": counts.host_entries, "disk_bytes_max": disk.budget if disk else 0,
+            "disk_bytes": counts.disk_bytes, "disk_entries": counts.disk_entries,
+            "disk_folder": str(disk.folder) if disk else None}
 
 
 def _file_name(engine) -> str:
@@ -231,4 +249,23 @@ def prometheus(state: ServerState) -> str:
          "the text so far)", [(f'{{source="{s}"}}', t.drafted[s]) for s in ("mtp", "lookup")])
     item("tandem:draft_accepted_tokens_total", "counter", "Draft tokens the model accepted, by source",
          [(f'{{source="{s}"}}', t.accepted[s]) for s in ("mtp", "lookup")])
+    counts = getattr(state.engine_getter(), "cache_counts", None)
+    events = counts.events if counts is not None else {}
+    item("tandem:prompt_cache_events_total", "counter", "What the prompt cache did: slot_hits (a slot kept the "
+         "prefix), checkpoint_restores, host_hits and disk_restores (a conversation came back), misses (read in "
+         "full), slot_evictions, host_saves, host_evictions, disk_saves, disk_evictions, disk_refused (a file "
+         "that did not hold its checks), checkpoints (taken)",
+         [(f'{{event="{k}"}}', events.get(k, 0)) for k in CACHE_EVENTS])
+    item("tandem:prompt_cache_bytes", "gauge", "Bytes the prompt cache holds, by place",
+         [('{place="ram"}', getattr(counts, "host_bytes", 0)), ('{place="disk"}', getattr(counts, "disk_bytes", 0))])
+    item("tandem:prompt_cache_entries", "gauge", "Conversations the prompt cache holds, by place",
+         [('{place="ram"}', getattr(counts, "host_entries", 0)),
+          ('{place="disk"}', getattr(counts, "disk_entries", 0))])
+    item("tandem:hosted_tools_left_out_total", "counter", "Hosted tools (web search, file search, ...) left out "
+         "of what the model was offered: this server runs none", [("", t.hosted_tools_left_out)])
     return "\n".join(lines) + "\n"
+
+
+CACHE_EVENTS = ("slot_hits", "checkpoint_restores", "host_hits", "disk_restores", "misses", "slot_evictions",
+                "host_saves", "host_evictions", "disk_saves", "disk_evictions", "disk_refused", "checkpoints",
+                "checkpoint_failures", "host_failures")

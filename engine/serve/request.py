@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ..generation import MAX_LOGPROBS, GenerationConfig, check_draft_length, choose_spec
 from ..sampling import SamplingParams
@@ -92,6 +92,9 @@ class Sampling(_Loose):
 
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
+    # the hosted tools the Messages or Responses request named, left out (hosted_tools.py);
+    # private: not a field a client can send
+    _hosted_left_out: list[str] = PrivateAttr(default_factory=list)
     chat_template_kwargs: dict[str, Any] | None = None
     # llama-server's (and vLLM's) ways to continue the last assistant message: refused by name
     continue_final_message: bool = False

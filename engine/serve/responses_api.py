@@ -15,7 +15,7 @@ No server-side state: every response says `store: false`, and `previous_response
 drops the oldest input items until the prompt fits the context with room for the reply (up to
 4096 tokens, or max_output_tokens); "disabled", the default, answers an overflow with a 400. Functions declared in
 a namespace (Codex groups some) are offered by their names and their calls come back with
-their namespace; hosted tools (web search, file search) are refused by name. Without
+their namespace; hosted tools (web search, file search) are left out (hosted_tools.py). Without
 `max_output_tokens` a response goes on until the model ends or the context is full, as
 OpenAI's does (Codex sends none, and takes a response cut short as a failed turn).
 """
@@ -35,6 +35,7 @@ from . import responses_shapes as rs
 from .admission import ServerState, watched
 from .choice import Choice, off_loop, open_chat
 from .errors import ApiError, from_exception
+from .hosted_tools import RESPONSES_HOSTED, is_hosted
 from .llama_api import count_prompt
 from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
@@ -126,23 +127,27 @@ def _messages(req: ResponsesRequest) -> list[dict]:
     return out
 
 
-def _tools(tools: list[dict] | None) -> tuple[list[dict] | None, dict[str, str]]:
+def _tools(tools: list[dict] | None, left_out: list[str]) -> tuple[list[dict] | None, dict[str, str]]:
     """Function tools as chat's, and the namespace of each function declared inside one (Codex
-    groups some: their calls come back with their namespace)."""
+    groups some: their calls come back with their namespace). Hosted tools are left out, their
+    types added to `left_out` (hosted_tools.py)."""
     if tools is None:
         return None, {}
     out, spaces = [], {}
     for i, t in enumerate(tools):
         kind = t.get("type") if isinstance(t, dict) else None
         if kind == "namespace" and isinstance(t.get("tools"), list):
-            inner, _ = _tools(t["tools"])
+            inner, _ = _tools(t["tools"], left_out)
             out += inner
             spaces.update((f["function"]["name"], str(t.get("name"))) for f in inner)
             continue
+        if is_hosted(kind, RESPONSES_HOSTED):
+            left_out.append(kind)
+            continue
         if kind != "function":
             raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:40]!r} are not supported (functions, and "
-                                "namespaces of them); this server runs no hosted tools (Codex: web_search = "
-                                "\"disabled\")", param=f"tools[{i}].type")
+                                "namespaces of them; hosted tools such as web_search are left out)",
+                           param=f"tools[{i}].type")
         out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
                                                      "parameters": t.get("parameters") or {"type": "object"}}})
     return out, spaces
@@ -213,14 +218,17 @@ def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, st
     if req.background:
         raise ApiError(400, "background is not supported: responses are answered while you wait", param="background")
     thinking = thinking_of(req)
-    tools, spaces = _tools(req.tools)
+    left_out: list[str] = []
+    tools, spaces = _tools(req.tools, left_out)
     body = {"model": req.model, "messages": _messages(req), "max_tokens": req.max_output_tokens or UNTIL_CONTEXT,
             "tools": tools, "tool_choice": _tool_choice(req.tool_choice),
             "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
             "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
             "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
             "stop": req.stop, "verbose": req.verbose, "return_progress": req.return_progress}
-    return rq.translated(ChatRequest, body), thinking, spaces
+    chat = rq.translated(ChatRequest, body)
+    chat._hosted_left_out = left_out
+    return chat, thinking, spaces
 
 
 class Output:

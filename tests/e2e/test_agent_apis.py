@@ -101,9 +101,11 @@ def test_messages_refuse_what_they_cannot_honour_in_anthropics_error_shape(serve
         c.messages.create(model="g", max_tokens=5, messages=[{"role": "user", "content": [
             {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}])
     assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error"
-    with pytest.raises(anthropic.BadRequestError, match="server tools"):
-        c.messages.create(model="g", max_tokens=5, messages=ASK,
+    # a server tool Anthropic runs is left out (and counted), not refused
+    before = _left_out(server)
+    r = c.messages.create(model="g", max_tokens=5, messages=ASK,
                           tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    assert r.usage.output_tokens >= 1 and _left_out(server) == before + 1
     with pytest.raises(anthropic.BadRequestError, match="projector"):  # no picture reader loaded
         c.messages.create(model="g", max_tokens=5, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}}]}])
@@ -151,8 +153,19 @@ def test_responses_refuse_state_and_foreign_tools_by_name(server):
     c = oai(server)
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         c.responses.create(model="g", input="x", previous_response_id="resp_1")
-    with pytest.raises(openai.BadRequestError, match="web_search"):
-        c.responses.create(model="g", input="x", tools=[{"type": "web_search"}])
+    with pytest.raises(openai.BadRequestError, match="local_shell"):
+        c.responses.create(model="g", input="x", tools=[{"type": "local_shell"}])
+    # Codex's default hosted tool: left out, the request answered (Codex needs no config for it)
+    before = _left_out(server)
+    r = c.responses.create(model="g", input="x", max_output_tokens=4,
+                           tools=[{"type": "web_search", "external_web_access": False}, WEATHER_FN])
+    assert r.usage.output_tokens >= 1 and _left_out(server) == before + 1
+
+
+def _left_out(server) -> int:
+    """tandem:hosted_tools_left_out_total from the server's /metrics."""
+    text = httpx.get(server.url.removesuffix("/v1") + "/metrics").text
+    return int(next(x.split()[-1] for x in text.splitlines() if x.startswith("tandem:hosted_tools_left_out_total")))
 
 
 WEATHER_FN = {"type": "function", "name": "get_weather", "description": "The weather", "parameters": WEATHER}

@@ -18,7 +18,7 @@ from engine.local.engine import Engine, GenerationConfig
 from engine.local.prompt_cache import CHECKPOINT_BEFORE_END, MIN_SAVED, checkpoint_marks
 from engine.local.runtime import LoadOptions
 
-OPTS = LoadOptions(n_batch=16, n_ubatch=16, n_ctx=4096, n_seq=2)
+OPTS = LoadOptions(n_batch=16, n_ubatch=16, n_ctx=4096, n_seq=2, cache_disk_mib=-1)
 WORDS = "Hello world, this is a test of the sliding window cache and the model draft token speed "
 
 
@@ -47,6 +47,7 @@ def own_disk_cache(tmp_path, monkeypatch):
 def fresh(pair):
     """A cold engine's answer to a prompt (its caches emptied before each; none on disk)."""
     engine = Engine.load(*pair, replace(OPTS, cache_disk_mib=0))
+    assert engine.host_cache.disk is None
     answers = {}
 
     def answer(prompt: list[int], drafting: bool) -> list[int]:

@@ -50,7 +50,7 @@ def test_responses_items_become_chat_messages_and_calls_keep_their_namespace():
 
 @pytest.mark.parametrize("fields, named", [
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"tools": [{"type": "web_search", "external_web_access": False}]}, "web_search"),
+    ({"tools": [{"type": "local_shell"}]}, "local_shell"),
     ({"input": [{"type": "computer_call_output"}]}, "computer_call_output"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input_file"),
     ({"tool_choice": {"type": "web_search"}}, "tool_choice"),
@@ -58,6 +58,23 @@ def test_responses_items_become_chat_messages_and_calls_keep_their_namespace():
 def test_responses_refuse_what_they_cannot_honour_by_name(fields, named):
     with pytest.raises(ApiError, match=named):
         responses_api.chat_request(responses_api.ResponsesRequest(**{"input": "x", **fields}))
+
+
+def test_hosted_tools_are_left_out_and_the_rest_offered():
+    """An agent's default hosted tools (Codex's web_search, Claude's web search) do not make a
+    400: they are left out of what the model is offered, the route logs and counts them."""
+    fn = {"type": "function", "name": "exec", "parameters": FN}
+    req = responses_api.ResponsesRequest(input="x", tools=[{"type": "web_search", "external_web_access": False},
+                                                           fn, {"type": "file_search_2025"}])
+    chat, _, _ = responses_api.chat_request(req)
+    assert [t["function"]["name"] for t in chat.tools] == ["exec"]
+    assert chat._hosted_left_out == ["web_search", "file_search_2025"]
+    req = anthropic_api.MessagesRequest(max_tokens=8, messages=[{"role": "user", "content": "x"}], tools=[
+        {"type": "web_search_20250305", "name": "web_search"}, {"name": "Bash", "input_schema": FN}])
+    chat, _ = anthropic_api.chat_request(req)
+    assert [t["function"]["name"] for t in chat.tools] == ["Bash"]
+    assert chat._hosted_left_out == ["web_search_20250305"]
+    assert "hosted_left_out" not in chat.model_dump()  # not a field a client sends
 
 
 def test_anthropic_blocks_become_chat_messages():
@@ -86,7 +103,7 @@ def test_anthropic_blocks_become_chat_messages():
 
 @pytest.mark.parametrize("fields, named", [
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "document"),
-    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "server tools"),
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "bash_20250124"),
     ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
     ({"tool_choice": {"type": "tool"}}, "tool_choice"),
     ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
