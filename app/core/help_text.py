@@ -114,3 +114,20 @@ def position_bars(s: dict) -> tuple[list[float], list[str]]:
     if len(labels) > MAX_BARS:
         labels[-1] = f"{MAX_BARS + 1}+"
     return [a / d if d else 0.0 for a, d in zip(accepted, drafted)], labels
+
+
+# fewer prompt tokens than this read again: a rate would mislead ("53 tok/s" for the one token
+# a regenerate decodes again reads as a very slow prefill); the reuse is shown instead
+FEW_READ = 32
+
+
+def prefill_text(s: dict) -> str:
+    """The strip's prefill field: how fast the prompt was read, and how much of it came from the
+    cache (a conversation going on, a regenerate, an edit, a chat switched back to)."""
+    reused, total = s.get("reused_tokens") or 0, s.get("prompt_tokens") or 0
+    read = total - reused
+    if reused and read < FEW_READ:
+        return f"{reused:,} of {total:,} cached"
+    rate = s.get("prefill_tps")
+    text = f"{rate:.0f} tok/s" if rate else "–"
+    return text + (f", {reused:,} cached" if reused else "")

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 
 from engine.generation import AUTO, SERVER_DRAFT
 
-from app.core.help_text import draft_source, position_bars
+from app.core.help_text import draft_source, position_bars, prefill_text
 
 # the drafting run's line is named by what drafted it (app.core.help_text.draft_source)
 SERIES_COLORS = {"MTP": "#2e9d52", "Lookup": "#2e9d52", "MTP + lookup": "#2e9d52", "baseline": "#8a8f98"}
@@ -280,7 +280,7 @@ class StatsBar(QWidget):
         self._set("decode", f(s.get("decode_tps"), ".1f"))
         self._set("ttft", f(s.get("ttft_s"), ".2f") + " s" if s.get("ttft_s") else "–")
         media = f" + {s['media_s']:.2f} s reading media" if s.get("media_s") else ""  # encoding, apart
-        self._set("prefill", (f(s.get("prefill_tps"), ".0f") + " tok/s" if s.get("prefill_tps") else "–") + media)
+        self._set("prefill", prefill_text(s) + media)
         ar = s.get("acceptance_rate")
         self._set("accept", f"{ar * 100:.0f} %" if ar is not None else
                   "off" if s.get("mode") == "baseline" else

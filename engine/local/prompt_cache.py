@@ -32,7 +32,7 @@ import numpy as np
 CHECKPOINT_EVERY = 2048  # a long prompt (a system prompt with tools) is checkpointed this often
 CHECKPOINT_MIN_STEP = 256  # ...and at turn starts at least this far apart
 CHECKPOINT_BEFORE_END = 4  # a retry of the same prompt restores here (one token is always decoded)
-MAX_CHECKPOINTS = 12  # per slot; the oldest goes first
+MAX_CHECKPOINTS = 16  # per slot; beyond, they are thinned (thin_checkpoints)
 MIN_SAVED = 256  # a slot's cache shorter than this is cheaper to read again than to keep
 HOST_SHARE = 0.25  # of the memory available at load: the host cache's default bound...
 HOST_MAX = 8 << 30  # ...at most 8 GiB (llama-server's --cache-ram default)
@@ -85,6 +85,17 @@ def reuse(cached: list[int], checkpoints: list[Checkpoint], pos_min: int, prompt
         if ck.n_tokens <= common:
             return ck.n_tokens, ck
     return 0, None
+
+
+def thin_checkpoints(checkpoints: list[Checkpoint], most: int = MAX_CHECKPOINTS) -> None:
+    """Keep at most `most` checkpoints (ascending), spread over the whole prompt: the one
+    whose neighbours are closest together goes first (the newest two always stay: a retry and
+    the next turn restore there). Dropping the oldest instead would lose the early ones an edit
+    of the first message needs, after a few turns of an agent."""
+    while len(checkpoints) > max(most, 2):
+        i = min(range(1, len(checkpoints) - 2),
+                key=lambda j: checkpoints[j + 1].n_tokens - checkpoints[j - 1].n_tokens, default=0)
+        del checkpoints[i]
 
 
 def checkpoint_marks(prompt: list[int], keep: int, turn_token: int | None) -> list[int]:

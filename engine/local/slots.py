@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 from ..generation import GenerationConfig, GenerationEvent
 from ..strategies.base import DecodeState, DecodeStrategy, Step
 from ..gemma4.text import TextAssembler
-from .prompt_cache import MAX_CHECKPOINTS, MIN_SAVED, CacheCounts, Checkpoint, HostCache, Saved, reuse
+from .prompt_cache import MIN_SAVED, CacheCounts, Checkpoint, HostCache, Saved, reuse, thin_checkpoints
 
 log = logging.getLogger("tandem.prompt_cache")
 
@@ -263,7 +263,7 @@ class SlotTable:
             return
         slot.checkpoints = [c for c in slot.checkpoints if c.n_tokens < len(slot.cached)]
         slot.checkpoints.append(Checkpoint(len(slot.cached), data))
-        del slot.checkpoints[:-MAX_CHECKPOINTS]
+        thin_checkpoints(slot.checkpoints)
         self.counts.events["checkpoints"] += 1
 
     def free(self, slot: Slot, cached: list[int] | None, known: bool = True) -> None:

@@ -190,3 +190,19 @@ def _tokens_of(path):
     n = struct.unpack("<I", raw[10:14])[0]
     head = json.loads(raw[14:14 + n])
     return np.frombuffer(raw[14 + n:14 + n + 4 * head["n_tokens"]], dtype="<i4").tolist()
+
+
+def test_checkpoints_are_thinned_over_the_whole_prompt():
+    """An agent's many turns add checkpoints; the ones kept still cover the start (an edit of
+    the first message) and the newest two (a retry, the next turn)."""
+    from engine.local.prompt_cache import Checkpoint, thin_checkpoints
+
+    cks = [Checkpoint(n, bytearray()) for n in [2048, 4096, 6144, 8192, 10240, 12077]]
+    for turn in range(12):  # each turn: its tool result's turn, the generation prompt, the end
+        base = 12077 + 1260 * (turn + 1)
+        cks += [Checkpoint(base - 30, bytearray()), Checkpoint(base - 8, bytearray()), Checkpoint(base - 4, bytearray())]
+        thin_checkpoints(cks, 16)
+        assert len(cks) <= 16 and [c.n_tokens for c in cks] == sorted(c.n_tokens for c in cks)
+    kept = [c.n_tokens for c in cks]
+    assert kept[0] == 2048 and kept[-2:] == [base - 8, base - 4]
+    assert max(b - a for a, b in zip(kept, kept[1:])) < 4 * 1260  # no long stretch without one

@@ -52,3 +52,16 @@ def test_what_became_of_an_asked_for_call_is_said_in_the_footer():
     fine = {"footer": "5 tokens"}
     call_outcome_note(NS(cut_call="", calls=["a call"]), asked, "", [], fine)
     assert fine["footer"] == "5 tokens"
+
+
+def test_the_prefill_field_says_what_came_from_the_cache():
+    """A regenerate reads one token again: "53 tok/s" read as a very slow prefill; it says the
+    prompt came from the cache instead. A turn that read more gives its rate and the reuse."""
+    from app.core.help_text import prefill_text
+
+    assert prefill_text({"prompt_tokens": 18377, "reused_tokens": 18376, "prefill_tps": 53.0}) == \
+        "18,376 of 18,377 cached"
+    assert prefill_text({"prompt_tokens": 19637, "reused_tokens": 18373, "prefill_tps": 2109.4}) == \
+        "2109 tok/s, 18,373 cached"
+    assert prefill_text({"prompt_tokens": 500, "reused_tokens": 0, "prefill_tps": 2109.4}) == "2109 tok/s"
+    assert prefill_text({}) == "–"
