@@ -103,6 +103,17 @@ def ask(url: str, messages: list[dict], with_tools: bool) -> tuple[float, int, i
     return dt, (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0), usage["prompt_tokens"]
 
 
+def markdown(data: dict) -> str:
+    """The README's table of a run written with --json (tests/unit/test_figures.py checks that
+    the README shows the file's figures)."""
+    names = data["columns"]
+    lines = ["| request | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for what, got in data["rows"].items():
+        lines.append(f"| {what} | " + " | ".join(f"{got[n][0]:.2f} s, {got[n][1]:,} of {got[n][2]:,} cached"
+                                               for n in names) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True)
@@ -166,9 +177,15 @@ def main() -> int:
               f"{rows[AFTER_RESTART[0]][n][0] / warm:.2f}x; cold prefill "
               f"{rows['A turn 1 (cold)'][n][2] / rows['A turn 1 (cold)'][n][0]:.0f} tok/s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": Path(args.model).name, "ctx": args.ctx,
-                                               "parallel": args.parallel, "threads": threads, "rows": rows},
-                                              indent=1), "utf-8")
+        import platform
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        Path(args.json).write_text(json.dumps({
+            "command": "scripts/bench_agent_session.py " + " ".join(sys.argv[1:]), "commit": commit,
+            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "model": Path(args.model).name, "ctx": args.ctx, "parallel": args.parallel, "threads": threads,
+            "columns": names, "rows": rows}, indent=1), "utf-8")
     return 0
 
 

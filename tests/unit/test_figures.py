@@ -1,0 +1,22 @@
+"""The README's figures are the benchmark files' (docs/figures/*.json, each written by the
+script its `command` names): a table that no longer matches its file fails here instead of
+misleading a reader."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_agent_session_table_is_the_benchmark_files():
+    sys.path.insert(0, str(ROOT))
+    from scripts.bench_agent_session import markdown
+
+    data = json.loads((ROOT / "docs" / "figures" / "agent_session.json").read_text("utf-8"))
+    assert data["command"].startswith("scripts/bench_agent_session.py") and data["commit"] and data["date"]
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert markdown(data) in readme
+    assert f"commit {data['commit']}, {data['date']}" in readme
