@@ -12,7 +12,7 @@ def cmd_serve(args) -> int:
 
     hosts = list(dict.fromkeys(args.host))
     for host in hosts:  # before loading anything
-        check_host(host, args.api_key)
+        check_host(host, args.api_key, args.cors)
         _check_port_free(host, args.port)
     engine = load(args)
     try:

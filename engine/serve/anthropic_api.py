@@ -63,6 +63,8 @@ def _text(blocks, where: str) -> str:
     """Text of a string or of text blocks (a system prompt, a tool result)."""
     if isinstance(blocks, str):
         return blocks
+    if blocks is not None and not isinstance(blocks, list):
+        raise ApiError(400, f"{where}: must be a string or a list of text blocks", param=where)
     out = []
     for i, b in enumerate(blocks or []):
         kind = b.get("type") if isinstance(b, dict) else None

@@ -15,6 +15,7 @@ with Tandem's per-source draft counts; a request may switch drafting with `"tand
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -28,6 +29,8 @@ from . import anthropic_api, llama_api, native_api, openai_api, responses_api
 from .admission import RETRY_AFTER_S, ServerState, api_of, log_line
 from .errors import ApiError, error_response
 from .http import MAX_BODY_BYTES, Origins, add_middlewares, check_host, listening_socket, uvicorn_config
+
+log = logging.getLogger("tandem.serve")
 
 
 def create_app(state: ServerState, cors: list[str] | str | None = None, max_body: int = MAX_BODY_BYTES,
@@ -64,6 +67,16 @@ def create_app(state: ServerState, cors: list[str] | str | None = None, max_body
         return error_response(request.url.path, ApiError(exc.status_code, f"{request.method} {request.url.path}: "
                                                                           f"{detail}", code=what))
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        """Any error no route expected: logged with its traceback, and answered in the API's own
+        shape (a client reads a 500 it can parse, not Starlette's plain text)."""
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        error = ApiError(500, f"internal error ({type(exc).__name__}); the server's log has the details",
+                         "server_error", "internal_error")
+        state.note(api_of(request.url.path), f"500: {type(exc).__name__}: {exc}")
+        return error_response(request.url.path, error)
+
     for api in (llama_api, native_api, openai_api, anthropic_api, responses_api):
         app.include_router(api.router(state))
     return app
@@ -78,7 +91,7 @@ def run(engine, model_name: str, host: str | list[str] = "127.0.0.1", port: int 
 
     hosts = [host] if isinstance(host, str) else list(host)
     for h in hosts:
-        check_host(h, api_key)
+        check_host(h, api_key, cors)
 
     state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max,
                         on_log=lambda e: print(log_line(e), flush=True), aliases=list(aliases), tags=list(tags))
@@ -93,7 +106,7 @@ class BackgroundServer:
     def __init__(self, state, host: str = "127.0.0.1", port: int = 8080, cors: list[str] | None = None):
         import uvicorn
 
-        check_host(host, state.api_key)
+        check_host(host, state.api_key, cors)
         self.url = f"http://{host}:{port}/v1"
         self.server = uvicorn.Server(uvicorn_config(create_app(state, cors, host=host), host, port,
                                                     log_level="critical", lifespan="off"))

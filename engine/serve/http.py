@@ -215,6 +215,12 @@ def listening_socket(host: str, port: int):
     return sock
 
 
-def check_host(host: str, api_key: str | None) -> None:
+def check_host(host: str, api_key: str | None, cors: list[str] | str | None = None) -> None:
+    """Refuse, before anything loads, what would open the model to others without a key: an
+    address other machines reach, or `--cors '*'` (any web page the user opens could use it)."""
     if host not in LOOPBACK and not api_key:
         raise ValueError(f"serving on {host} (reachable from other machines) needs --api-key")
+    origins = [cors] if isinstance(cors, str) else (cors or [])
+    if "*" in origins and not api_key:
+        raise ValueError("--cors '*' lets any web page you open use the model: it needs --api-key (or name the "
+                         "origins, or localhost for this computer's pages)")

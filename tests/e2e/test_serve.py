@@ -147,6 +147,11 @@ def test_keys_and_addresses(tiny):
     out = subprocess.run([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--host", "0.0.0.0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "needs --api-key" in out.stderr
+    # any web page may use a server with --cors '*': only behind a key, as the README says
+    out = subprocess.run([sys.executable, "-m", "engine", "serve", "-m", str(tiny["target"]), "--cors", "*"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--cors '*'" in out.stderr and "needs --api-key" in out.stderr
+    assert out.stderr.count("\n") == 1  # one line, before anything loads
     s = Serve(tiny, "--api-key", "sekret", "--cors", "http://example.com", drafter=False)
     try:
         with pytest.raises(openai.AuthenticationError):

@@ -80,3 +80,27 @@ def test_refusals_are_logged_with_the_api_they_came_through():
     lines = [log_line(e) for e in seen]
     assert lines == ["Anthropic messages: 400: max_tokens: Field required",
                      "OpenAI responses: 400: Invalid request: body: the body is not valid JSON"]
+
+
+def test_an_unexpected_error_is_a_500_in_the_apis_own_shape():
+    """Whatever no route expected (here: the engine lookup itself fails) is logged and answered
+    as JSON in the shape of the API asked, not as Starlette's plain-text 500."""
+    def broken():
+        raise RuntimeError("boom")
+    c = TestClient(create_app(ServerState(broken, "gemma-4")), base_url="http://127.0.0.1",
+                   raise_server_exceptions=False)
+    r = c.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 500 and r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+    assert "RuntimeError" in r.json()["error"]["message"] and "boom" not in r.json()["error"]["message"]
+
+
+def test_a_tool_result_whose_content_is_not_text_is_a_400_naming_it():
+    c = client()
+    r = c.post("/v1/messages", json={"max_tokens": 5, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": 5}]}]})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert "messages[2].content[0].content" in r.json()["error"]["message"]
