@@ -167,6 +167,8 @@ def _add_serve(sub) -> None:
     sv.add_argument("--parallel", type=_positive(), default=DEFAULT_PARALLEL,
                     help="requests decoded together, in one batch per step (default 4)")
     sv.add_argument("--queue", type=_positive(), default=4, help="requests that may wait beyond those (default 4)")
+    sv.add_argument("--mmproj", metavar="GGUF", help="the vision/audio projector, so requests may carry pictures "
+                    "(as llama-server's --mmproj; default: none)")
     sv.add_argument("--cache-ram", type=int, default=-1, metavar="MIB",
                     help="memory for conversations out of the slots, so they come back without being read again "
                          "(default -1: a quarter of the memory available, at most 8192; 0: none)")

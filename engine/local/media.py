@@ -91,6 +91,19 @@ def load_media(source: bytes | str | Path, name: str = "") -> Media:
     return Media("image", pixels, digest, nx, ny, name)
 
 
+def picture_pixels(raw: bytes) -> int:
+    """A picture's pixels as its header says (nothing decoded); 0 for anything else (a sound,
+    or what load_media will refuse)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as img:
+            w, h = img.size
+    except Exception:
+        return 0
+    return w * h
+
+
 def _decode_image(raw: bytes, name: str) -> tuple[bytes, int, int]:
     from PIL import Image, ImageOps, UnidentifiedImageError
 

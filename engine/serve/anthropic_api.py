@@ -244,7 +244,7 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         chat, thinking = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        msgs = await off_loop(rq.messages, chat)
+        msgs = await off_loop(rq.messages, chat, engine)
         return an.TokenCount(input_tokens=await off_loop(count_prompt, engine, msgs, thinking, tools.tools))
 
     @r.post("/v1/messages")

@@ -143,7 +143,7 @@ async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thi
     """A chat request (what the Messages and Responses APIs are translated into) opened as one
     choice: its messages (pictures decoded off the event loop), tools and settings checked."""
     engine = state.engine()
-    msgs = await off_loop(rq.messages, chat)
+    msgs = await off_loop(rq.messages, chat, engine)
     tools = rq.tool_use(chat, engine, thinking)
     cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
     if chat._hosted_left_out:

@@ -100,10 +100,10 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/apply-template")
     async def apply_template(req: ChatRequest):
         engine = state.engine()
-        messages, thinking = rq.messages(req), rq.thinking(req)
-        tools = rq.tool_use(req, engine, thinking)
-        if any(m.get("media") for m in messages):
+        if rq.picture_parts(req):  # before any is decoded
             raise ApiError(400, "apply-template renders text; leave pictures out", param="messages")
+        messages, thinking = await off_loop(rq.messages, req, engine), rq.thinking(req)
+        tools = rq.tool_use(req, engine, thinking)
         prompt = await off_loop(lambda: engine.template.render(messages, True, thinking, tools=tools.tools))
         return {"prompt": prompt}
 
@@ -111,7 +111,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/chat/completions/input_tokens")
     async def chat_input_tokens(req: ChatRequest):
         engine = state.engine()
-        messages, thinking = rq.messages(req), rq.thinking(req)
+        messages, thinking = await off_loop(rq.messages, req, engine), rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
         n = await off_loop(count_prompt, engine, messages, thinking, tools.tools)
         return {"object": "response.input_tokens", "input_tokens": n}

@@ -21,7 +21,7 @@ from sse_starlette.sse import EventSourceResponse
 from . import openai_shapes as oa
 from . import request as rq
 from .admission import ServerState, admit, watched
-from .choice import Choice, chat_start, merged, open_together
+from .choice import Choice, chat_start, merged, off_loop, open_together
 from .errors import from_exception
 from .request import ChatRequest, CompletionRequest, Sampling
 
@@ -51,9 +51,9 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/v1/chat/completions")
     @r.post("/chat/completions")
     async def chat(req: ChatRequest, request: Request):
-        messages = rq.messages(req)
-        thinking = rq.thinking(req)
         engine = state.engine()
+        messages = await off_loop(rq.messages, req, engine)  # pictures are decoded there
+        thinking = rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
         cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)
         return await respond(state, req, request, "chat", cfg, tools, chat_start(messages, thinking, tools))

@@ -16,6 +16,7 @@ from ..sampling import SamplingParams
 from ..gemma4.call_grammar import calls_grammar, check_tools
 from ..gemma4.calls import ToolError
 from .errors import ApiError
+from .pictures import MAX_REQUEST_PIXELS, check_pictures, picture, picture_parts  # noqa: F401 (picture_parts: for the routes)
 
 MAX_CHOICES = 16  # n: choices of one request, decoded together (one sequence each)
 # Stop strings are checked against the text at every token: a few short ones (OpenAI allows 4;
@@ -279,7 +280,7 @@ def response_format(fmt: dict | None, param: str = "response_format") -> dict:
 
 
 # ---- chat messages and tools ----------------------------------------------------------------
-def _content(content, where: str) -> tuple[str, list]:
+def _content(content, where: str, budget: list[int]) -> tuple[str, list]:
     """Message content as text and pictures: a string, or OpenAI content parts (text, and
     image_url as base64 data URIs: this server fetches no URLs)."""
     if content is None:
@@ -292,29 +293,11 @@ def _content(content, where: str) -> tuple[str, list]:
         if kind == "text" and isinstance(p.get("text"), str):
             parts.append(p["text"])
         elif kind == "image_url":
-            media.append(_picture(p.get("image_url"), f"{where}[{i}]"))
+            media.append(picture(p.get("image_url"), f"{where}[{i}]", budget))
         else:
             raise ApiError(400, f"content parts of type {kind!r} are not supported (text and image_url)",
                            param=where)
     return "".join(parts), media
-
-
-def _picture(image_url, where: str):
-    import base64
-    import binascii
-
-    from ..local.media import MediaError, load_media
-
-    url = image_url.get("url") if isinstance(image_url, dict) else image_url
-    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url[:100]:
-        raise ApiError(400, f"{where}: pictures are taken as data: URIs (base64); this server fetches no URLs",
-                       param=where)
-    try:
-        return load_media(base64.b64decode(url.split(",", 1)[1], validate=True), where)
-    except (binascii.Error, ValueError):
-        raise ApiError(400, f"{where}: the picture's base64 data is malformed", param=where) from None
-    except MediaError as e:
-        raise ApiError(400, str(e), param=where) from None
 
 
 def thinking(req: ChatRequest) -> bool:
@@ -322,20 +305,25 @@ def thinking(req: ChatRequest) -> bool:
     return bool((req.chat_template_kwargs or {}).get("enable_thinking", False))
 
 
-def messages(req: ChatRequest) -> list[dict]:
+def messages(req: ChatRequest, engine=None) -> list[dict]:
     """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
     arguments as objects (the template writes them in the model's syntax), and each tool
-    answer tied to the call it answers (by id; it carries the call's function name)."""
+    answer tied to the call it answers (by id; it carries the call's function name). With the
+    `engine`, its pictures are checked first (check_pictures); their pixels are bounded all
+    told. Decodes pictures: call it off the event loop."""
+    if engine is not None:
+        check_pictures(req, engine)
     if req.continue_final_message or not req.add_generation_prompt:
         raise unsupported("continue_final_message" if req.continue_final_message else "add_generation_prompt",
                           "a reply is always a new assistant turn")
     out, calls = [], {}  # call id -> function name, from earlier assistant messages
+    budget = [MAX_REQUEST_PIXELS]  # pixels the request's pictures may still have
     for i, m in enumerate(req.messages):
         role = "system" if m.role == "developer" else m.role  # OpenAI's newer name for it
         if role not in ("system", "user", "assistant", "tool"):
             raise ApiError(400, f"messages[{i}].role {m.role!r} is not supported (system, developer, user, "
                                 "assistant, tool)", param=f"messages[{i}].role")
-        text, media = _content(m.content, f"messages[{i}].content")
+        text, media = _content(m.content, f"messages[{i}].content", budget)
         msg = {"role": role, "content": text}
         if media:
             msg["media"] = media

@@ -292,7 +292,7 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         chat, thinking, _ = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        return await off_loop(count_prompt, engine, await off_loop(rq.messages, chat), thinking, tools.tools)
+        return await off_loop(count_prompt, engine, await off_loop(rq.messages, chat, engine), thinking, tools.tools)
 
     async def fits(req: ResponsesRequest) -> bool:
         n_ctx = state.engine().n_ctx

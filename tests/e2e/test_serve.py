@@ -5,6 +5,7 @@ and Tandem's own remote backend talking to it (Compare on one server)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -404,3 +405,41 @@ def test_n_choices_wait_for_the_one_sequence_in_turn(server):
             if ch.finish_reason:
                 ends[ch.index] = ch.finish_reason
     assert sorted(ends) == [0, 1]
+
+
+def _bomb() -> str:
+    """A 1-bit 8000x8000 PNG: a few KB that decode to 192 MB of RGB (under the 64 MP cap)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("1", (8000, 8000)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_picture_bombs_are_refused_before_they_are_decoded(server, tiny):
+    """Forty small picture bombs in one request once held the whole server for most of a minute
+    (decoded on the event loop before anything checked for a projector). Now: a model without a
+    projector refuses at once, one with it bounds the pictures and their pixels per request,
+    and /health answers meanwhile."""
+    bombs = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}] +
+              [{"type": "image_url", "image_url": {"url": _bomb()}} for _ in range(40)]}]
+    for path in ("/chat/completions", "/chat/completions/input_tokens"):
+        r = httpx.post(server.url + path, json={"messages": bombs, "max_tokens": 4}, timeout=30)
+        assert r.status_code == 400 and "no projector" in r.json()["error"]["message"], r.text
+    s = Serve(tiny, "--mmproj", str(tiny["target"].parent / "mmproj-tiny.gguf"), drafter=False)
+    try:
+        r = httpx.post(s.url + "/chat/completions", json={"messages": bombs, "max_tokens": 4}, timeout=30)
+        assert r.status_code == 400 and "at most 16" in r.json()["error"]["message"], r.text
+        three = [{"role": "user", "content": bombs[0]["content"][:4]}]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, s.url + "/chat/completions",
+                                  json={"messages": three, "max_tokens": 4}, timeout=60)
+            assert s.health()["status"] == "ok"  # the event loop is free while pictures decode
+            r = pending.result()
+        assert r.status_code == 400 and "megapixels all told" in r.json()["error"]["message"], r.text
+        assert r.json()["error"]["param"] == "messages[0].content[3]"
+    finally:
+        s.stop()
