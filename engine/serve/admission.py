@@ -62,6 +62,7 @@ class ServerState:
     last: dict = field(default_factory=dict)  # the latest generation: tokens and how it ended
     on_log: Callable[[dict], None] | None = None  # one entry per finished request
     active: int = 0  # generations of this server's requests, from admission to their end
+    admitting: int = 0  # requests admitted whose generations do not count in `active` yet
     totals: Totals = field(default_factory=Totals)
     aliases: list[str] = field(default_factory=list)  # other names of the model, and its labels (/v1/models)
     tags: list[str] = field(default_factory=list)
@@ -155,26 +156,45 @@ async def watched(state: ServerState, api: str, events, choices=()):
             state.note(api, "the client went away before the reply ended")
 
 
-def admit(state: ServerState) -> None:
+@dataclass
+class Place:
+    """A request's place in the queue, held from its admission until its first generation
+    counts in `state.active` (in between, the request awaits: without the place, a burst of
+    requests would all be admitted against the same count)."""
+
+    state: "ServerState"
+    held: bool = True
+
+    def taken(self) -> None:
+        """Its generations count now (or it ended before any did): the place is given back."""
+        if self.held:
+            self.held = False
+            self.state.admitting -= 1
+
+
+def admit(state: ServerState) -> Place:
     """A request's place in the queue, or a 503 when it is full (a request of n choices takes one
-    place: its choices wait in the scheduler's queue for their sequences)."""
-    if state.active >= state.engine().scheduler.n_slots + state.queue_size:
+    place: its choices wait in the scheduler's queue for their sequences). Checked and taken in
+    one step on the event loop."""
+    if state.active + state.admitting >= state.engine().scheduler.n_slots + state.queue_size:
         waiting = f"{state.queue_size} request{'' if state.queue_size == 1 else 's'} waiting"
         raise ApiError(503, f"The server is busy ({waiting}); try again shortly",
                        "server_error", "queue_full")
+    state.admitting += 1
+    return Place(state)
 
 
-async def generate(state: ServerState, start: Callable, gone: Callable | None = None, admitted: bool = False):
+async def generate(state: ServerState, start: Callable, gone: Callable | None = None, place: Place | None = None):
     """The engine's events for one generation. `start(engine, sink)` (run on a worker thread: it
     renders and tokenizes the prompt) submits it to the engine's scheduler, whose queue is the
     only one: the scheduler puts each event onto this event loop through `sink`, and decodes up
     to one generation per sequence of the context together (the app's own chats among them).
     `gone`: async, true once the client has disconnected; checked while no event comes (a
     long prefill, a wait for a slot), so a client that leaves frees its place at once.
-    `admitted`: the request's place was taken already (`admit`), for its other choices."""
+    `place`: the request's place, taken already (`admit`: one for all its choices)."""
     engine = state.engine()
-    if not admitted:
-        admit(state)
+    if place is None:
+        place = admit(state)
     loop = asyncio.get_running_loop()
     q: asyncio.Queue = asyncio.Queue()
 
@@ -186,6 +206,7 @@ async def generate(state: ServerState, start: Callable, gone: Callable | None = 
         q.put_nowait(item)
 
     state.active += 1
+    place.taken()
     try:
         stream = await asyncio.to_thread(start, engine, lambda item: loop.call_soon_threadsafe(arrived, item))
     except BaseException:

@@ -50,10 +50,10 @@ class Choice:
 
     @classmethod
     async def open(cls, state: ServerState, request: Request, kind: str, cfg, tools: ToolUse, stops: list[str],
-                   start: Callable, admitted: bool = False) -> "Choice":
+                   start: Callable, place=None) -> "Choice":
         engine = state.engine()
         reply = ChoiceReply(kind, stops, engine.token_bytes, tools.names, tools.parallel, cfg.logprobs is not None)
-        gen = generate(state, lambda e, sink: start(e, cfg, sink), request.is_disconnected, admitted)
+        gen = generate(state, lambda e, sink: start(e, cfg, sink), request.is_disconnected, place)
         try:
             first = await gen.__anext__()
         except StopAsyncIteration:

@@ -392,13 +392,16 @@ def router(state: ServerState) -> APIRouter:
 
         async def open_one(tokens: list[int]) -> Choice:
             c = await Choice.open(state, request, "text", cfg, rq.ToolUse(), stops,
-                                  lambda e, cfg, sink: e.generate(tokens, cfg, sink=sink), admitted=True)
+                                  lambda e, cfg, sink: e.generate(tokens, cfg, sink=sink), place)
             reply = NativeReply(stops, engine.token_bytes, engine.is_eog, cfg.logprobs is not None)
             reply.stats, c.reply = c.reply.stats, reply  # llama-server's shapes, over the same events
             return c
 
-        admit(state)  # one place in the queue for the request; its prompts are decoded together
-        opened = await open_together([open_one(p) for p in prompts])  # errors before any text: their status
+        place = admit(state)  # one place in the queue for the request; its prompts are decoded together
+        try:
+            opened = await open_together([open_one(p) for p in prompts])  # errors before any text: their status
+        finally:
+            place.taken()
         batch = isinstance(req.prompt, list) and not any(_is_id(x) for x in req.prompt)
         if not req.stream:
             results = []

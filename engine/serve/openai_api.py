@@ -81,10 +81,13 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
 
     def open_choice(i: int):  # with a seed, each choice has its own (seed + i), so choices differ
         c = cfg if cfg.seed is None or i == 0 else replace(cfg, seed=cfg.seed + i)
-        return Choice.open(state, request, kind, c, tools, stops, start, admitted=True)
+        return Choice.open(state, request, kind, c, tools, stops, start, place)
 
-    admit(state)  # one place in the queue for the request; its choices are decoded together
-    opened = await open_together([open_choice(i) for i in range(req.n)])  # errors before any text: their status
+    place = admit(state)  # one place in the queue for the request; its choices are decoded together
+    try:
+        opened = await open_together([open_choice(i) for i in range(req.n)])  # errors before any text: their status
+    finally:
+        place.taken()
 
     if not req.stream:
         replies = await asyncio.gather(*(c.run(request) for c in opened))

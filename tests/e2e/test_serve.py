@@ -443,3 +443,29 @@ def test_picture_bombs_are_refused_before_they_are_decoded(server, tiny):
         assert r.json()["error"]["param"] == "messages[0].content[3]"
     finally:
         s.stop()
+
+
+# a schema whose grammar takes a while to build: the requests await between admission and start
+SLOW = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": "^[a-z]{1,40}$"} for i in range(40)}}
+
+
+def test_a_burst_larger_than_the_queue_gets_503s_beyond_its_bound(tiny):
+    """30 requests at once against --parallel 1 --queue 1: two are admitted (one generating,
+    one waiting), every other one gets a 503 with Retry-After. The admission's check and the
+    count it reads were not one step: under such a burst 9 were admitted once."""
+    s = Serve(tiny, "--parallel", "1", "--queue", "1", drafter=False)
+    try:
+        barrier = threading.Barrier(30)
+
+        def one(_):
+            barrier.wait()
+            with httpx.stream("POST", s.url + "/chat/completions", timeout=300, json={
+                    "messages": MSGS, "max_tokens": 3000, "stream": True, "tandem": {"mtp": False},
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SLOW}}}) as r:
+                return r.status_code, r.headers.get("retry-after")
+        with concurrent.futures.ThreadPoolExecutor(30) as pool:
+            got = list(pool.map(one, range(30)))
+    finally:
+        s.stop()
+    assert sorted(code for code, _ in got).count(200) == 2, got
+    assert all(code == 503 and retry == "1" for code, retry in got if code != 200), got
