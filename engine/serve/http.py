@@ -89,19 +89,24 @@ class BrowserOrigins:
         return await self.app(scope, receive, send)
 
 
+def carries_key(headers: dict, key: str) -> bool:
+    """The request's headers (raw ASGI ones) carry `key`, as a bearer token or as x-api-key,
+    compared in constant time."""
+    bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {key}".encode())
+    key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), key.encode())
+    return bearer_ok or key_ok
+
+
 class ApiKey:
     """Every path but /health needs the key, as 'Authorization: Bearer <key>' (OpenAI's clients)
     or 'x-api-key: <key>' (Anthropic's), compared in constant time."""
 
     def __init__(self, app, key: str):
-        self.app, self.bearer, self.key = app, f"Bearer {key}".encode(), key.encode()
+        self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope.get("path") != "/health":
-            headers = dict(scope.get("headers") or [])
-            bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), self.bearer)
-            key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), self.key)
-            if not (bearer_ok or key_ok):
+            if not carries_key(dict(scope.get("headers") or []), self.key):
                 return await _refuse(scope, 401, "Invalid API key: send it as 'Authorization: Bearer <key>' or "
                                      "'x-api-key: <key>'", "authentication_error", "invalid_api_key")(
                     scope, receive, send)

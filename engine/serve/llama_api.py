@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import Field
 
 from . import request as rq
 from .admission import ServerState
 from .choice import off_loop
+from .http import carries_key
 from .errors import ApiError
 from .request import ChatRequest, _Loose
 
@@ -46,10 +47,14 @@ def router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
     @r.get("/health")
-    async def health():
+    async def health(request: Request):
+        """Open to all (a load balancer's probe needs no key); behind a key, what the server is
+        doing (the last request's tokens and drafts) only for a request that carries it."""
+        status = {"status": "ok" if state.engine_getter() is not None else "no model loaded"}
+        if state.api_key and not carries_key(dict(request.scope.get("headers") or []), state.api_key):
+            return status
         generating, waiting = state.counts()
-        return {"status": "ok" if state.engine_getter() is not None else "no model loaded",
-                "generating": generating, "waiting": waiting, "last": state.last}
+        return {**status, "generating": generating, "waiting": waiting, "last": state.last}
 
     @r.get("/v1/models")
     @r.get("/models")

@@ -19,6 +19,10 @@ def client(key=None, cors=None) -> TestClient:
 def test_the_key_is_taken_as_a_bearer_token_or_as_x_api_key_and_refused_in_each_apis_shape():
     c = client(key="sekret")
     assert c.get("/health").status_code == 200  # no key needed
+    # ...but what the server is doing (the last request's tokens and drafts) only with it
+    assert c.get("/health").json() == {"status": "no model loaded"}
+    assert "last" in c.get("/health", headers={"x-api-key": "sekret"}).json()
+    assert "last" in client().get("/health").json()  # no key set: as before
     for headers in ({"Authorization": "Bearer sekret"}, {"x-api-key": "sekret"}):
         assert c.post("/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
                       headers=headers).status_code == 503  # past the key: no model here
