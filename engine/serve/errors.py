@@ -44,7 +44,11 @@ def is_anthropic(path: str) -> bool:
 
 def error_body(path: str, e: ApiError) -> dict:
     if is_anthropic(path):
-        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(e.status, "api_error"), "message": e.message}}
+        message = e.message
+        if e.code == "context_length_exceeded" and "n_prompt_tokens" in e.extra:
+            # Anthropic's own words, which agents (Claude Code) look for to compact the conversation
+            message = f"prompt is too long: {e.extra['n_prompt_tokens']} tokens > {e.extra['n_ctx']} maximum ({message})"
+        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(e.status, "api_error"), "message": message}}
     if path.rstrip("/") in LLAMA_ROUTES:
         return {"error": {"code": e.status, "message": e.message, "type": e.kind, "param": e.param, **e.extra}}
     return {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": e.code, **e.extra}}

@@ -111,6 +111,9 @@ def test_messages_refuse_what_they_cannot_honour_in_anthropics_error_shape(serve
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}}]}])
     r = httpx.post(server.url + "/messages", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["type"] == "error"
+    # a conversation longer than the context, in Anthropic's words (Claude Code compacts on them)
+    with pytest.raises(anthropic.BadRequestError, match=r"prompt is too long: \d+ tokens > 8192 maximum"):
+        c.messages.create(model="g", max_tokens=5, messages=[{"role": "user", "content": "word " * 9000}])
 
 
 # a 1x1 PNG
