@@ -135,6 +135,7 @@ class EngineWorker(QObject):
             return not self._closing  # returning False aborts loading
 
         self.engine, media_note = self._load_pair(req, opts, progress)
+        self.engine.warm_up()  # the first message does not pay for the template's compiling
         e, rt = self.engine, self.engine.rt
         p = e.projector
         return ModelInfo(

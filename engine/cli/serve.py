@@ -16,6 +16,7 @@ def cmd_serve(args) -> int:
         _check_port_free(host, args.port)
     engine = load(args)
     try:
+        engine.warm_up()
         name, *aliases = args.name or [Path(args.model).stem]
         where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "

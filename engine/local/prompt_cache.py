@@ -34,6 +34,12 @@ CHECKPOINT_MIN_STEP = 256  # ...and at turn starts at least this far apart
 CHECKPOINT_BEFORE_END = 4  # a retry of the same prompt restores here (one token is always decoded)
 MAX_CHECKPOINTS = 16  # per slot; beyond, they are thinned (thin_checkpoints)
 MIN_SAVED = 256  # a slot's cache shorter than this is cheaper to read again than to keep
+# A prompt with at least this many tokens to read sends the idle slots' conversations to the
+# host cache first: every cell of the unified cache widens each step's attention (llama.cpp's
+# CPU kernel scans the mask of every cell, per head), so an idle 12k-token conversation made
+# another 12k-token prompt read 1.6x slower; llama-server clears idle slots the same way
+# (--cache-idle-slots). A retry or a short turn in its own slot keeps them where they are.
+PARK_MIN = 256
 HOST_SHARE = 0.25  # of the memory available at load: the host cache's default bound...
 HOST_MAX = 8 << 30  # ...at most 8 GiB (llama-server's --cache-ram default)
 
@@ -149,18 +155,18 @@ class HostCache:
     def size(self) -> int:
         return sum(e.size for e in self.entries)
 
-    def put(self, entry: Saved) -> None:
+    def put(self, entry: Saved) -> bool:
         """Keep `entry` (one that repeats a kept one, or is a prefix of it, replaces it or is
-        left out); older ones go when the bound is passed."""
+        left out); older ones go when the bound is passed. False: it is larger than the bound."""
         if entry.size > self.budget:
             self.counts.events["host_too_large"] += 1
-            return
+            return False
         with self.lock:
             for old in list(self.entries):
                 shared = common_prefix(old.tokens, entry.tokens)
                 if shared == len(entry.tokens) and len(old.tokens) >= len(entry.tokens):
                     old.used_at = time.monotonic()
-                    return  # it holds this one already
+                    return True  # it holds this one already
                 if shared == len(old.tokens):
                     self.entries.remove(old)  # this one goes on from it
             self.entries.append(entry)
@@ -172,6 +178,7 @@ class HostCache:
             self._count()
         if self.disk is not None and min(entry.tokens) >= 0:  # pictures' ids are this session's
             self.disk.put(entry)
+        return True
 
     def best(self, prompt: list[int], n_swa: int) -> tuple[Saved | None, int]:
         """The entry that keeps most of `prompt`, and how much (0: none helps)."""

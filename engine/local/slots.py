@@ -3,9 +3,10 @@
 Each slot is one sequence id of the target's cache and keeps what its last generation left
 there (and checkpoints of its sliding-window layers), so a conversation's next request goes to
 the slot with its longest reusable prefix. The cells of the (unified) cache are counted: a
-request reserves its prompt and max_tokens, so no other can cut its reply short; idle slots
-keep their caches until the cells are really needed, then go to the host cache, least
-recently used first, and come back from it when their conversation does (prompt_cache.py).
+request reserves its prompt and max_tokens, so no other can cut its reply short. Idle slots
+keep their caches until another slot reads a long prompt (their cells would slow it: see
+PARK_MIN) or the cells are needed; then they go to the host cache and come back from it when
+their conversation does (prompt_cache.py).
 A sequence's events reach its consumer through its queue (read by `EventStream`) or the job's
 sink.
 """
@@ -21,7 +22,7 @@ from typing import Callable, Iterator
 from ..generation import GenerationConfig, GenerationEvent
 from ..strategies.base import DecodeState, DecodeStrategy, Step
 from ..gemma4.text import TextAssembler
-from .prompt_cache import MIN_SAVED, CacheCounts, Checkpoint, HostCache, Saved, reuse, thin_checkpoints
+from .prompt_cache import MIN_SAVED, PARK_MIN, CacheCounts, Checkpoint, HostCache, Saved, reuse, thin_checkpoints
 
 log = logging.getLogger("tandem.prompt_cache")
 
@@ -176,8 +177,8 @@ class SlotTable:
     def make_room(self, reserve: int, running: list[Sequence]) -> bool:
         """Whether a sequence reserving `reserve` cells (its prompt and max_tokens) may start
         beside the running ones: what they reserved, no other sequence may take from them (it
-        waits for them to end instead). Idle slots keep their caches until their cells are
-        really needed (`evict`); alone, it fits (its prompt was checked against the context)."""
+        waits for them to end instead). Idle slots' caches give way (`evict`); alone, it fits
+        (its prompt was checked against the context)."""
         return not running or sum(seq.reserve for seq in running) + reserve <= self.rt.n_ctx
 
     def take(self, place: Placement, prompt: list[int], running: list[Sequence]) -> int:
@@ -185,6 +186,10 @@ class SlotTable:
         a checkpoint or the host cache where the placement says). Returns the tokens kept."""
         slot = place.slot
         slot.busy = True
+        if self.host is not None and len(prompt) - place.keep >= PARK_MIN:
+            # first: a conversation put back from the host cache then takes the cells they
+            # free, low in the cache (attention spans the cells up to the highest one in use)
+            self.park_idle(slot)
         keep, ck = place.keep, place.checkpoint
         if place.saved is not None:
             keep, ck = self._put_back(slot, place, prompt, running)
@@ -204,6 +209,15 @@ class SlotTable:
             self.counts.events["misses"] += 1
         return keep
 
+    def park_idle(self, reading: Slot) -> None:
+        """Idle slots' conversations into the host cache and out of the target's cache, while
+        `reading` reads a long prompt (see PARK_MIN); they come back when their conversation does.
+        One the host cache cannot keep (too short to be worth it, larger than its bound) stays."""
+        for slot in self.slots:
+            if slot is not reading and not slot.busy and slot.cached and self._save(slot):
+                self._truncate(slot, 0)
+                self.counts.events["idle_parked"] += 1
+
     def _put_back(self, slot: Slot, place: Placement, prompt: list[int], running: list[Sequence]):
         """A saved conversation into `slot` (what the slot held is saved first); its reuse."""
         saved = place.saved
@@ -222,16 +236,17 @@ class SlotTable:
         slot.cached, slot.checkpoints = list(saved.tokens), list(saved.checkpoints)
         return self._reuse(slot, prompt)
 
-    def _save(self, slot: Slot) -> None:
-        """A copy of what the slot holds into the host cache (when there is one)."""
+    def _save(self, slot: Slot) -> bool:
+        """A copy of what the slot holds into the host cache (when there is one); whether it
+        is kept there."""
         if self.host is None or len(slot.cached) < MIN_SAVED:
-            return
+            return False
         try:
             data = self.rt.target.save_state(slot.seq, partial=False)
         except Exception:
             self.counts.events["host_failures"] += 1
-            return
-        self.host.put(Saved(list(slot.cached), data, list(slot.checkpoints), self.rt.target.pos_min(slot.seq)))
+            return False
+        return self.host.put(Saved(list(slot.cached), data, list(slot.checkpoints), self.rt.target.pos_min(slot.seq)))
 
     def save_to_disk(self) -> None:
         """What every slot holds into the disk cache, and its writes finished (at close)."""

@@ -258,7 +258,8 @@ def prometheus(state: ServerState) -> str:
     events = counts.events if counts is not None else {}
     item("tandem:prompt_cache_events_total", "counter", "What the prompt cache did: slot_hits (a slot kept the "
          "prefix), checkpoint_restores, host_hits and disk_restores (a conversation came back), misses (read in "
-         "full), slot_evictions, host_saves, host_evictions, disk_saves, disk_evictions, disk_refused (a file "
+         "full), slot_evictions, idle_parked (an idle slot's conversation sent to the host cache while another "
+         "prompt is read), host_saves, host_evictions, disk_saves, disk_evictions, disk_refused (a file "
          "that did not hold its checks), checkpoints (taken)",
          [(f'{{event="{k}"}}', events.get(k, 0)) for k in CACHE_EVENTS])
     item("tandem:prompt_cache_bytes", "gauge", "Bytes the prompt cache holds, by place",
@@ -272,5 +273,5 @@ def prometheus(state: ServerState) -> str:
 
 
 CACHE_EVENTS = ("slot_hits", "checkpoint_restores", "host_hits", "disk_restores", "misses", "slot_evictions",
-                "host_saves", "host_evictions", "disk_saves", "disk_evictions", "disk_refused", "checkpoints",
+                "idle_parked", "host_saves", "host_evictions", "disk_saves", "disk_evictions", "disk_refused", "checkpoints",
                 "checkpoint_failures", "host_failures")

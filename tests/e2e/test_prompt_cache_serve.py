@@ -73,7 +73,11 @@ def test_every_conversation_is_kept_across_side_requests_edits_and_a_restart(rea
         assert n_a > 2000  # long enough that the sliding window's cells are recycled
         n_b = check(b, 0, 0)
         n_side = check(SIDE, 0, 0)  # a third conversation in two sequences
-        assert any(s["n_prompt_tokens"] >= n_b for s in slots(server))  # b kept its sequence
+        # while the side request was read, the idle conversations went to the memory cache (their
+        # cells would slow its reading): no slot holds a or b now, the memory cache holds both
+        assert all(s["n_prompt_tokens"] < n_b for s in slots(server))
+        props = httpx.get(server.url.removesuffix("/v1") + "/props", timeout=10).json()["tandem"]["prompt_cache"]
+        assert props["ram_entries"] >= 2
         n_a2 = check(conversation(1, turns=2), n_a - 40)  # a came back, its next turn read only the new part
         check(b, n_b - 4)  # a retry of b after the others
         check(SIDE, n_side - 4)  # the side request came back too

@@ -109,6 +109,32 @@ def test_conversations_side_requests_and_edits_keep_their_caches(pair, fresh, dr
         engine.close()
 
 
+def test_idle_conversations_leave_the_cache_while_another_is_read(pair, fresh):
+    """A long prompt read in one slot while another slot's conversation is idle: the idle one
+    goes to the host cache and leaves the target's cache (its cells would widen every step's
+    attention over the unified cache: llama.cpp's CPU kernels scan the mask of every cell, so
+    an agent's 18k-token conversation kept idle made a second agent's prompt read 1.6x slower),
+    and comes back from the host cache when its conversation does."""
+    engine = Engine.load(*pair, OPTS)
+    try:
+        a, b = (engine.format_chat(conversation(engine, k)) for k in (1, 2))
+        run(engine, a, False)
+        slot_a = next(s for s in engine.scheduler.slots if s.cached)
+        r = run(engine, b, False)
+        assert r.tokens == fresh(b, False)
+        assert not slot_a.cached and engine.rt.target.pos_min(slot_a.seq) == -1
+        assert engine.cache_counts.events["idle_parked"] == 1
+        r = run(engine, a, True)
+        assert r.tokens == fresh(a, True) and r.stats.reused_tokens >= len(a) - CHECKPOINT_BEFORE_END
+        assert engine.cache_counts.events["host_hits"] == 1
+        # a retry in its own slot with a few new tokens parks nothing
+        parked = engine.cache_counts.events["idle_parked"]
+        run(engine, a, False)
+        assert engine.cache_counts.events["idle_parked"] == parked
+    finally:
+        engine.close()
+
+
 def test_the_host_cache_stays_within_its_bound(pair):
     """Many different conversations through two slots and a 1 MiB host cache: the oldest go."""
     engine = Engine.load(*pair, LoadOptions(n_batch=16, n_ubatch=16, n_ctx=4096, n_seq=2, cache_ram_mib=1))
