@@ -9,7 +9,10 @@ measured is what the server reads again) and the prompt tokens it took from its 
 server's own `prompt_tokens_details.cached_tokens`).
 
     .venv/bin/python scripts/bench_agent_session.py -m TARGET.gguf [--ctx 65536] [--parallel 4]
-        [--llama-server PATH] [--only tandem|llama] [--json OUT]
+        [--llama-server PATH] [--only tandem|llama] [--rounds 3] [--json OUT]
+
+Each server replays the session `--rounds` times, the servers taking turns (a shared machine's
+noise falls on both alike); each request's time is its median over the rounds.
 
 The session is synthetic (no recorded Claude Code traffic is shipped): the structure and sizes
 of Claude Code's requests, the text made up. With the tiny test pair over the real tokenizer
@@ -123,11 +126,11 @@ def main() -> int:
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--llama-server", help="the binary (default: built from the vendored sources)")
     ap.add_argument("--only", choices=["tandem", "llama"])
+    ap.add_argument("--rounds", type=int, default=3, help="replays per server, taking turns (default 3)")
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON to OUT")
     args = ap.parse_args()
     threads = args.threads or (os.cpu_count() or 2)
-    cache = tempfile.mkdtemp(prefix="tandem-bench-cache-")  # tandem's disk cache: this run's alone
-    os.environ["TANDEM_CACHE_DIR"] = cache
+    cache = tempfile.mkdtemp(prefix="tandem-bench-cache-")  # tandem's disk cache: each round's alone
     commands = {}
     if args.only != "llama":
         tandem = Path(sys.executable).parent / "tandem"
@@ -142,22 +145,27 @@ def main() -> int:
             binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-c", str(args.ctx),
             "-t", str(threads), "-np", str(args.parallel), "--kv-unified", "--no-webui", "-ngl", str(args.gpu_layers), "--jinja"]
     plan = steps()
-    rows = {what: {} for what, _, _ in plan + [AFTER_RESTART]}
-    for name, cmd in commands.items():  # one at a time: each has the machine to itself
-        port = free_port()
-        proc = serve(args, cmd(port), port)
-        url = f"http://127.0.0.1:{port}/v1"
-        try:
-            for what, msgs, with_tools in plan:
-                rows[what][name] = ask(url, msgs, with_tools)
-        finally:
-            stop(proc)
-        proc = serve(args, cmd(port), port)
-        try:
-            what, msgs, with_tools = AFTER_RESTART
-            rows[what][name] = ask(url, msgs, with_tools)
-        finally:
-            stop(proc)
+    runs = {what: {name: [] for name in commands} for what, _, _ in plan + [AFTER_RESTART]}
+    for _ in range(args.rounds):
+        for name, cmd in commands.items():  # one at a time: each has the machine to itself
+            os.environ["TANDEM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tandem-bench-cache-", dir=cache)
+            port = free_port()
+            proc = serve(args, cmd(port), port)
+            url = f"http://127.0.0.1:{port}/v1"
+            try:
+                for what, msgs, with_tools in plan:
+                    runs[what][name].append(ask(url, msgs, with_tools))
+            finally:
+                stop(proc)
+            proc = serve(args, cmd(port), port)
+            try:
+                what, msgs, with_tools = AFTER_RESTART
+                runs[what][name].append(ask(url, msgs, with_tools))
+            finally:
+                stop(proc)
+    # each request's median time; its cached and prompt tokens are the same in every round
+    rows = {what: {name: (statistics.median(r[0] for r in got), got[0][1], got[0][2])
+                   for name, got in by_server.items()} for what, by_server in runs.items()}
     names = list(commands)
     print(f"{Path(args.model).name}: --ctx {args.ctx}, {args.parallel} slots, {threads} threads; "
           "time to the first token (s), cached prompt tokens / prompt tokens")
@@ -185,6 +193,7 @@ def main() -> int:
             "command": "scripts/bench_agent_session.py " + " ".join(sys.argv[1:]), "commit": commit,
             "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "model": Path(args.model).name, "ctx": args.ctx, "parallel": args.parallel, "threads": threads,
+            "rounds": args.rounds,
             "columns": names, "rows": rows}, indent=1), "utf-8")
     return 0
 
