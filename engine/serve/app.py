@@ -16,6 +16,7 @@ with Tandem's per-source draft counts; a request may switch drafting with `"tand
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 
@@ -96,7 +97,16 @@ def run(engine, model_name: str, host: str | list[str] = "127.0.0.1", port: int 
     state = ServerState(lambda: engine, model_name, api_key, queue_size, draft_max,
                         on_log=lambda e: print(log_line(e), flush=True), aliases=list(aliases), tags=list(tags))
     server = uvicorn.Server(uvicorn_config(create_app(state, cors, host=hosts), hosts[0], port, log_level=log_level))
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down on SIGTERM, then raises the signal again with the handler that was
+        # there before it: the default one killed the process before the caller closed the
+        # engine (and saved the prompt cache to disk); this one ends it as a clean exit
+        signal.signal(signal.SIGTERM, _exit_cleanly)
     server.run(sockets=[listening_socket(h, port) for h in hosts] if len(hosts) > 1 else None)
+
+
+def _exit_cleanly(signum, frame):
+    raise SystemExit(0)
 
 
 class BackgroundServer:

@@ -99,3 +99,23 @@ def test_every_conversation_is_kept_across_side_requests_edits_and_a_restart(rea
         assert props["disk_entries"] >= 2 and props["disk_bytes"] <= props["disk_bytes_max"]
     finally:
         server.stop()
+
+
+def test_what_the_sequences_hold_is_on_disk_after_the_server_is_stopped(real_vocab, tmp_path, monkeypatch):
+    """One conversation, nothing else: `tandem serve` stopped as a service manager stops it
+    (SIGTERM) saves what its sequences hold, and the next start answers from it."""
+    monkeypatch.setenv("TANDEM_CACHE_DIR", str(tmp_path / "cache"))
+    messages = conversation(1)
+    server = Serve(real_vocab, drafter=False)
+    try:
+        _, cached, total = ask(server, messages)
+        assert cached == 0
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0  # a clean exit, not killed by its signal
+    server = Serve(real_vocab, drafter=False)
+    try:
+        _, cached, total = ask(server, messages)
+        assert cached >= total - 4
+    finally:
+        server.stop()
