@@ -10,6 +10,11 @@ server's own `prompt_tokens_details.cached_tokens`).
 
     .venv/bin/python scripts/bench_agent_session.py -m TARGET.gguf [--ctx 65536] [--parallel 4]
         [--llama-server PATH] [--only tandem|llama] [--rounds 3] [--json OUT]
+        [--session scripts/sessions/claude_code.json.gz]
+
+With --session, the requests of a recorded real session (scripts/record_agent_session.py: Claude
+Code's own system prompt, tools and side requests, several turns) are replayed instead, each
+with max_tokens 1 and no streaming, then the last one again after a restart.
 
 Each server replays the session `--rounds` times, the servers taking turns (a shared machine's
 noise falls on both alike); each request's time is its median over the rounds.
@@ -75,8 +80,19 @@ SIDE = [{"role": "system", "content": "Summarise the conversation in a title of 
         {"role": "user", "content": "fix the failing test in the parser module"}]
 
 
-def steps() -> list[tuple[str, list[dict], bool]]:
-    """(what, messages, with tools) in the order an agent's day sends them."""
+def chat_body(messages: list[dict], with_tools: bool) -> dict:
+    body = {"model": "m", "messages": messages, "max_tokens": 1, "temperature": 0}
+    if with_tools:
+        body["tools"] = tools()
+    return body
+
+
+def steps() -> list[tuple[str, str, dict]]:
+    """(what, path, body) in the order an agent's day sends them."""
+    return [(what, "/v1/chat/completions", chat_body(msgs, with_tools)) for what, msgs, with_tools in _day()]
+
+
+def _day() -> list[tuple[str, list[dict], bool]]:
     a = [(f"A turn {t + 1}" + (" (cold)" if t == 0 else ""), conversation("agent A", t), True) for t in range(6)]
     return a + [
         ("A turn 6 again (a retry)", conversation("agent A", 5), True),
@@ -90,19 +106,36 @@ def steps() -> list[tuple[str, list[dict], bool]]:
     ]
 
 
-AFTER_RESTART = ("A turn 7, first request after a restart", conversation("agent A", 6), True)
+AFTER_RESTART = ("A turn 7, first request after a restart", "/v1/chat/completions",
+                 chat_body(conversation("agent A", 6), True))
 
 
-def ask(url: str, messages: list[dict], with_tools: bool) -> tuple[float, int, int]:
-    body = {"model": "m", "messages": messages, "max_tokens": 1, "temperature": 0}
-    if with_tools:
-        body["tools"] = tools()
+def recorded(path: str) -> tuple[list[tuple[str, str, dict]], tuple[str, str, dict]]:
+    """A recorded session's requests (each answered with one token, not streamed), and its last
+    request again (after a restart)."""
+    import gzip
+
+    raw = Path(path).read_bytes()
+    data = json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
+    plan = []
+    for i, r in enumerate(data["requests"]):
+        body = {**r["body"], "max_tokens": 1, "stream": False, "temperature": 0}
+        tools_n = len(body.get("tools") or [])
+        plan.append((f"request {i + 1} ({len(body.get('messages', []))} messages, {tools_n} tools)", r["path"], body))
+    last = plan[-1]
+    return plan, (last[0].replace("request", "after a restart: request", 1), last[1], last[2])
+
+
+def ask(url: str, path: str, body: dict) -> tuple[float, int, int]:
     t0 = time.perf_counter()
-    r = httpx.post(url + "/chat/completions", json=body, timeout=900)
+    r = httpx.post(url + path, json=body, timeout=900)
     dt = time.perf_counter() - t0
     if r.status_code != 200:
-        raise SystemExit(f"{url}: {r.status_code} {r.text[:500]}")
+        raise SystemExit(f"{url}{path}: {r.status_code} {r.text[:500]}")
     usage = r.json()["usage"]
+    if "input_tokens" in usage:  # Anthropic's Messages: input_tokens is what was not cached
+        cached = usage.get("cache_read_input_tokens") or 0
+        return dt, cached, usage["input_tokens"] + cached + (usage.get("cache_creation_input_tokens") or 0)
     return dt, (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0), usage["prompt_tokens"]
 
 
@@ -127,6 +160,7 @@ def main() -> int:
     ap.add_argument("--llama-server", help="the binary (default: built from the vendored sources)")
     ap.add_argument("--only", choices=["tandem", "llama"])
     ap.add_argument("--rounds", type=int, default=3, help="replays per server, taking turns (default 3)")
+    ap.add_argument("--session", metavar="FILE", help="replay a recorded session (record_agent_session.py)")
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON to OUT")
     args = ap.parse_args()
     threads = args.threads or (os.cpu_count() or 2)
@@ -144,23 +178,23 @@ def main() -> int:
         commands["llama-server"] = lambda port: [
             binary, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-c", str(args.ctx),
             "-t", str(threads), "-np", str(args.parallel), "--kv-unified", "--no-webui", "-ngl", str(args.gpu_layers), "--jinja"]
-    plan = steps()
-    runs = {what: {name: [] for name in commands} for what, _, _ in plan + [AFTER_RESTART]}
+    plan, after_restart = recorded(args.session) if args.session else (steps(), AFTER_RESTART)
+    runs = {what: {name: [] for name in commands} for what, _, _ in plan + [after_restart]}
     for _ in range(args.rounds):
         for name, cmd in commands.items():  # one at a time: each has the machine to itself
             os.environ["TANDEM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tandem-bench-cache-", dir=cache)
             port = free_port()
             proc = serve(args, cmd(port), port)
-            url = f"http://127.0.0.1:{port}/v1"
+            url = f"http://127.0.0.1:{port}"
             try:
-                for what, msgs, with_tools in plan:
-                    runs[what][name].append(ask(url, msgs, with_tools))
+                for what, path, body in plan:
+                    runs[what][name].append(ask(url, path, body))
             finally:
                 stop(proc)
             proc = serve(args, cmd(port), port)
             try:
-                what, msgs, with_tools = AFTER_RESTART
-                runs[what][name].append(ask(url, msgs, with_tools))
+                what, path, body = after_restart
+                runs[what][name].append(ask(url, path, body))
             finally:
                 stop(proc)
     # each request's median time; its cached and prompt tokens are the same in every round
@@ -177,6 +211,11 @@ def main() -> int:
             line += f"  {got[names[0]][0] / got[names[1]][0]:5.2f}x"
         print(line)
     for n in names:
+        if args.session:  # what the user waited for, all told; and the prompt tokens read again
+            read = sum(got[n][2] - got[n][1] for got in rows.values())
+            print(f"{n}: {sum(got[n][0] for got in rows.values()):.2f} s to the first tokens all told, "
+                  f"{read} prompt tokens read")
+            continue
         warm = statistics.median(rows[f"A turn {t}"][n][0] for t in range(2, 7))
         back = [rows[w][n][0] for w in ("A turn 6 again, after the side request", "A turn 7, after B",
                                         "B turn 2, after A", "A turn 7 again, after the edit")]
@@ -193,7 +232,7 @@ def main() -> int:
             "command": "scripts/bench_agent_session.py " + " ".join(sys.argv[1:]), "commit": commit,
             "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "model": Path(args.model).name, "ctx": args.ctx, "parallel": args.parallel, "threads": threads,
-            "rounds": args.rounds,
+            "rounds": args.rounds, "session": args.session,
             "columns": names, "rows": rows}, indent=1), "utf-8")
     return 0
 
