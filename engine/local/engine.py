@@ -316,13 +316,16 @@ class Engine(Backend):
         return None
 
     def warm_up(self) -> None:
-        """Pay now what the first chat would pay once (~0.4 s): the chat template compiled in
-        its sandbox and the vocabulary's marker texts read (a prompt's text is checked against
-        them). `tandem serve` and the window call it after loading, as llama-server warms up."""
+        """Pay now what the first request would pay once (~0.4 s): the chat template compiled in
+        its sandbox, the vocabulary's marker texts read (a prompt's text is checked against
+        them) and llama.cpp's first decode. `tandem serve` and the window call it after loading,
+        as llama-server warms up."""
         self._check_open()
         self.format_chat([{"role": "system", "content": "<|turn>"}, {"role": "user", "content": "Hi"}],
                          tools=[{"type": "function", "function": {
                              "name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}])
+        with self._alone() as target:
+            target.decode(self.prompts.tokenize("Hi"), 0, outputs="last")
 
     def reset(self) -> None:
         """Forget the cached conversations no generation is using (the next prompt is decoded

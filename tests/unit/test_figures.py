@@ -8,14 +8,17 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_agent_session_table_is_the_benchmark_files():
+@pytest.mark.parametrize("name", ["agent_session.json", "claude_code_session.json"])
+def test_the_agent_session_tables_are_the_benchmark_files(name):
     sys.path.insert(0, str(ROOT))
     from scripts.bench_agent_session import markdown
 
-    data = json.loads((ROOT / "docs" / "figures" / "agent_session.json").read_text("utf-8"))
+    data = json.loads((ROOT / "docs" / "figures" / name).read_text("utf-8"))
     assert data["command"].startswith("scripts/bench_agent_session.py") and data["commit"] and data["date"]
     readme = (ROOT / "README.md").read_text("utf-8")
     assert markdown(data) in readme
