@@ -199,11 +199,13 @@ def _add_make_test_models(sub) -> None:
     """`tandem make-test-models`: synthetic Gemma 4 GGUFs."""
     m = sub.add_parser("make-test-models", help="write a synthetic Gemma 4 target + MTP drafter")
     m.add_argument("outdir")
-    m.add_argument("--size", choices=["tiny", "e2b"], default="tiny")
+    m.add_argument("--size", choices=["tiny", "e2b", "e4b", "12b", "26b-a4b", "31b"], default="tiny",
+                   help="tiny: a toy; e2b ... 31b: that Gemma 4 size's structure (layers, window, heads, "
+                        "KV sharing, per-layer embeddings, 26b-a4b's 128 experts), narrower (default tiny)")
     m.add_argument("--agreement", type=float, default=1.0, help="how often the drafter agrees, 0..1")
     m.add_argument("--vocab", choices=["synthetic", "gemma4"],
                    help="synthetic: a small character-level vocabulary (tiny's default); gemma4: Gemma 4's real "
-                        "tokenizer, from the pinned llama-cpp-python sdist (e2b's default). Either carries "
+                        "tokenizer, from the pinned llama-cpp-python sdist (the default of every size but tiny). Either carries "
                         "Gemma 4's real chat template (tools, thinking)")
 
 

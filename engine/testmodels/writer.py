@@ -28,9 +28,15 @@ class SynthConfig:
     # S = sliding window, F = full. Last two must be S, F (the drafter shares those).
     layers: str = "SSSFSF"
     shared_kv_layers: int = 2
+    double_wide: bool = False  # KV-sharing layers have a twice as wide MLP (E2B/E4B's use_double_wide_mlp)
     ple_width: int = 8
     softcap: float = 30.0
     n_ctx_train: int = 32768  # room for the bench suite of code edits (a file twice, char-level tokens)
+    # a mixture of experts in every layer, beside its dense MLP (26B-A4B): experts, experts per
+    # token, each expert's width (0: a dense model)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
     drafter_embd: int = 32
     drafter_ff: int = 64
     drafter_head: int = 4
@@ -56,7 +62,30 @@ E2B = SynthConfig(
     ple_width=0, drafter_embd=512, drafter_ff=2048, drafter_head=4, drafter_layers="SSSF",
     alpha=0.05, alpha_dft=0.05, quantize="Q4_0", template="gemma4", vocab="gemma4",
 )
-SIZES = {"tiny": TINY, "e2b": E2B}
+# Every other size by its real structure (the catalog's shapes, resources/catalog.json): layer
+# count and pattern (five sliding-window layers to each full one), window, heads, KV heads and
+# head dims, KV-sharing layers and per-layer embeddings where the size has them, the 26B-A4B's
+# 128 experts with 8 per token, Gemma 4's real 262k vocabulary. Only the widths are scaled down
+# (n_embd and the MLPs: by 4 for E4B and 26B-A4B, 5 for 12B, 8 for 31B; the per-layer
+# embeddings 256 -> 16), so a pair fits this machine's memory and decodes at tens of tokens a
+# second on 2 cores. The attention (heads, KV heads and head dims kept) weighs more and the MLPs
+# less than in the real models, the 262k-row head relatively more, as in E2B. The drafters are
+# 256 wide with 4 layers and as many query heads as the KV caches they read have KV heads (GQA).
+_BIG = dict(n_vocab=262144, head_dim_swa=256, head_dim_full=512, n_ctx_train=131072, drafter_embd=256,
+            drafter_ff=1024, drafter_layers="SSSF", alpha=0.05, alpha_dft=0.05,
+            quantize="Q4_0", template="gemma4", vocab="gemma4")
+E4B = SynthConfig(n_embd=640, n_ff=2560, n_head=8, n_head_kv_swa=2, n_head_kv_full=2, n_swa=512,
+                  layers="SSSSSF" * 7, shared_kv_layers=18, double_wide=True, ple_width=16, drafter_head=4, **_BIG)
+G12B = SynthConfig(n_embd=768, n_ff=3072, n_head=16, n_head_kv_swa=8, n_head_kv_full=8, n_swa=1024,
+                   layers="SSSSSF" * 8, shared_kv_layers=0, ple_width=0, drafter_head=8, **_BIG)
+# the experts' width 704/4 = 176 rounded up to 192 and the dense MLP's 2112/4 = 528 down to 512:
+# Q4_0 packs rows in blocks of 32
+G26B_A4B = SynthConfig(n_embd=704, n_ff=512, n_head=16, n_head_kv_swa=8, n_head_kv_full=8, n_swa=1024,
+                       layers="SSSSSF" * 5, shared_kv_layers=0, ple_width=0, n_expert=128, n_expert_used=8,
+                       n_ff_exp=192, drafter_head=8, **_BIG)
+G31B = SynthConfig(n_embd=672, n_ff=2688, n_head=32, n_head_kv_swa=16, n_head_kv_full=16, n_swa=1024,
+                   layers="SSSSSF" * 10, shared_kv_layers=0, ple_width=0, drafter_head=16, **_BIG)
+SIZES = {"tiny": TINY, "e2b": E2B, "e4b": E4B, "12b": G12B, "26b-a4b": G26B_A4B, "31b": G31B}
 VOCABS = ("synthetic", "gemma4")
 # What a vocabulary brings to a size whose own it is not (unless given): Gemma 4's real one
 # brings smaller deviations (among 262k tokens a deviation of the tiny
@@ -158,7 +187,12 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
     w = gguf.GGUFWriter(str(path), "gemma4")
     w.add_name("Tandem synthetic gemma4 target")
     w.add_embedding_length(d)
-    w.add_feed_forward_length(cfg.n_ff)
+    ff = [cfg.n_ff * (2 if cfg.double_wide and i >= n_kv_from_start else 1) for i in range(L)]
+    w.add_feed_forward_length(ff if cfg.double_wide else cfg.n_ff)
+    if cfg.n_expert:
+        w.add_expert_count(cfg.n_expert)
+        w.add_expert_used_count(cfg.n_expert_used)
+        w.add_expert_feed_forward_length(cfg.n_ff_exp)
     kv = [cfg.n_head_kv_swa if c == "S" else cfg.n_head_kv_full for c in cfg.layers]
     _common_attn_keys(w, cfg, cfg.layers, cfg.n_head, kv)
     if cfg.shared_kv_layers:
@@ -187,7 +221,9 @@ def write_target(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> N
         hd = cfg.head_dim_swa if c == "S" else cfg.head_dim_full
         H, K = cfg.n_head, kv[i]
         b = f"blk.{i}."
-        _add_block(w, b, rng, d, hd, H, cfg.n_ff, a, kv_heads=K if i < n_kv_from_start else 0)
+        _add_block(w, b, rng, d, hd, H, ff[i], a, kv_heads=K if i < n_kv_from_start else 0)
+        if cfg.n_expert:
+            _add_experts(w, b, rng, d, cfg.n_expert, cfg.n_ff_exp)
         if P:
             w.add_tensor(b + "inp_gate.weight", random_weights(rng, (P, d), 1 / math.sqrt(d)))
             w.add_tensor(b + "proj.weight", random_weights(rng, (d, P), 1 / math.sqrt(P)))
@@ -252,6 +288,23 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
     write_out(w)
 
 
+def _add_experts(w, b: str, rng, width: int, n_expert: int, ff: int) -> None:
+    """A layer's mixture of experts (Gemma 4's MoE block, beside the dense MLP `_add_block`
+    wrote): the router and its input scale, the experts' fused gate+up and down projections and
+    their per-expert output scale, and the norms around both branches. Random routing: each
+    token's top experts differ, so a batch of tokens reads more experts than one does. The two
+    branches are normalized (post_ffw_norm_1/2) and their sum goes through post_ffw_norm, whose
+    scale says how far the block moves the residual stream, as for a dense block."""
+    w.add_tensor(b + "ffn_gate_inp.weight", random_weights(rng, (n_expert, width), 1.0))
+    w.add_tensor(b + "ffn_gate_inp.scale", np.ones(width, np.float32))
+    w.add_tensor(b + "pre_ffw_norm_2.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "post_ffw_norm_1.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "post_ffw_norm_2.weight", np.ones(width, np.float32))
+    w.add_tensor(b + "ffn_gate_up_exps.weight", random_weights(rng, (n_expert, 2 * ff, width), 1 / math.sqrt(width)))
+    w.add_tensor(b + "ffn_down_exps.weight", random_weights(rng, (n_expert, width, ff), 1 / math.sqrt(ff)))
+    w.add_tensor(b + "ffn_down_exps.scale", np.ones(n_expert, np.float32))
+
+
 def _half_matrices(w, ftype) -> None:
     """For F16 files, store matrices as float16 (norms and scales stay float32, as llama.cpp wants)."""
     import gguf
@@ -261,7 +314,7 @@ def _half_matrices(w, ftype) -> None:
     add = w.add_tensor
 
     def add_half(name, arr, *a, **k):
-        return add(name, arr.astype(np.float16) if arr.ndim == 2 else arr, *a, **k)
+        return add(name, arr.astype(np.float16) if arr.ndim >= 2 else arr, *a, **k)
 
     w.add_tensor = add_half
 
