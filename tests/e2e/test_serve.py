@@ -452,16 +452,19 @@ SLOW = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": 
 def test_a_burst_larger_than_the_queue_gets_503s_beyond_its_bound(tiny):
     """30 requests at once against --parallel 1 --queue 1: two are admitted (one generating,
     one waiting), every other one gets a 503 with Retry-After. The admission's check and the
-    count it reads were not one step: under such a burst 9 were admitted once."""
+    count it reads were not one step: under such a burst 9 were admitted once. Every client
+    holds its answer until all 30 have one: an admitted stream closed early gives its place
+    back, and a request still on its way (30 threads on 2 busy cores) then rightly takes it."""
     s = Serve(tiny, "--parallel", "1", "--queue", "1", drafter=False)
     try:
-        barrier = threading.Barrier(30)
+        sent, answered = threading.Barrier(30), threading.Barrier(30, timeout=240)
 
         def one(_):
-            barrier.wait()
+            sent.wait()
             with httpx.stream("POST", s.url + "/chat/completions", timeout=300, json={
                     "messages": MSGS, "max_tokens": 3000, "stream": True, "tandem": {"mtp": False},
                     "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SLOW}}}) as r:
+                answered.wait()
                 return r.status_code, r.headers.get("retry-after")
         with concurrent.futures.ThreadPoolExecutor(30) as pool:
             got = list(pool.map(one, range(30)))
