@@ -6,6 +6,7 @@ turn, round after round, so a drift of the machine's speed reaches them all alik
 
     .venv/bin/python scripts/bench_concurrency.py -m TARGET.gguf -d DRAFTER.gguf [--levels 1 2 4 8]
         [--max-tokens 64] [--rounds 3] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
+        [--fixed 1 2 3]   # also Tandem with each fixed draft length (is auto within 0.95x of the best?)
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def main() -> int:
     ap.add_argument("--draft-n", type=int, default=3, help="llama-server's draft-mtp length (default 3)")
     ap.add_argument("--llama-server", help="the binary (default: built from the vendored sources)")
     ap.add_argument("--only", choices=["tandem", "llama"])
+    ap.add_argument("--fixed", type=int, nargs="*", default=[], metavar="K",
+                    help="also Tandem with these fixed draft lengths (tandem.draft_max per request)")
     args = ap.parse_args()
     n = max(args.levels)
     threads = args.threads or (os.cpu_count() or 2)
@@ -97,6 +100,8 @@ def main() -> int:
             procs.append(serve(args, cmd, port))
             url = f"http://127.0.0.1:{port}/v1"
             runs["Tandem serve, MTP auto"] = (url, None)
+            for k in args.fixed:
+                runs[f"Tandem serve, MTP k={k}"] = (url, {"tandem": {"draft_max": k}})
             runs["Tandem serve, no drafter"] = (url, {"tandem": {"mtp": False}})
         if args.only != "tandem":
             binary = args.llama_server or subprocess.run(

@@ -19,6 +19,9 @@ def cmd_serve(args) -> int:
         engine.warm_up()
         name, *aliases = args.name or [Path(args.model).stem]
         where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
+        planned, allocated = engine.memory
+        print(f"Memory: {planned.describe()} planned; llama.cpp allocated {allocated.total / 1e9:.2f} GB "
+              "at load (its output buffer grows to the plan's on the first drafts)", flush=True)
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
               f"at {where}", flush=True)
         run(engine, name, hosts, args.port, args.api_key, args.cors, args.queue, args.draft_max,

@@ -136,6 +136,12 @@ class Engine(Backend):
         return self.rt.n_ctx
 
     @property
+    def memory(self):
+        """(planned, allocated) MemoryPlans: what engine/models/memory_plan.py planned for these
+        files at this context, and what llama.cpp allocated."""
+        return self.rt.memory()
+
+    @property
     def n_vocab(self) -> int:
         return self.rt.target.n_vocab
 

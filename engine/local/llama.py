@@ -8,7 +8,9 @@ quantizer, models/hardware.py for the folder of its shared libraries.)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import re
 import threading
 
 from ..errors import EngineError
@@ -25,7 +27,8 @@ except Exception as e:  # ImportError, or OSError when libllama.so fails to load
         f"reinstall it with: pip install llama-cpp-python=={PINNED_VERSION}"
     ) from None
 
-__all__ = ["lib", "ext", "ensure_backend", "system_info", "supports_gpu_offload", "version"]
+__all__ = ["lib", "ext", "ensure_backend", "recording_allocations", "system_info", "supports_gpu_offload",
+           "version"]
 
 if getattr(_pkg, "__version__", None) != PINNED_VERSION:
     raise EngineError(
@@ -39,8 +42,33 @@ _initialised = False
 _min_level = [4]  # errors only, unless verbose
 
 
+# What llama.cpp allocates it says only in its log (llama_get_memory_breakdown returns a C++
+# map): "load_tensors: CPU_Mapped model buffer size = 97.00 MiB", "llama_kv_cache: CPU KV buffer
+# size = ...", "llama_context: CPU compute buffer size = ...", "... output buffer size = ...".
+_BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s*([0-9.]+) MiB")
+_recording = threading.local()  # the buffers llama.cpp allocates while this thread loads
+
+
+@contextlib.contextmanager
+def recording_allocations():
+    """The buffers llama.cpp allocates on this thread inside the block, as (what, backend, bytes):
+    what is "model" (weights), "KV", "compute" or "output" (logits); backend "CPU", "CUDA0" ...
+    (the log is written on the thread that loads)."""
+    rows: list[tuple[str, str, int]] = []
+    _recording.rows = rows
+    try:
+        yield rows
+    finally:
+        _recording.rows = None
+
+
 @lib.llama_log_callback
 def _log_cb(level, text, _user):
+    rows = getattr(_recording, "rows", None)
+    if rows is not None and level == 2:
+        m = _BUFFER_RE.search(text.decode("utf-8", "replace"))
+        if m:
+            rows.append((m.group(2), m.group(1), int(float(m.group(3)) * 2**20)))
     if level >= _min_level[0] and (level != 5 or _min_level[0] <= 2):
         try:
             import sys

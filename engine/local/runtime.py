@@ -18,15 +18,11 @@ from typing import Callable
 import numpy as np
 
 from ..errors import EngineError, MTPUnavailableError
-from ..generation import MAX_DRAFT, MAX_LOOKUP_RUN
 from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
-from .llama import ensure_backend, ext, lib
+from ..models.memory_plan import MemoryPlan, allocated_plan, outputs_max, plan_for_files
+from .llama import ensure_backend, ext, lib, recording_allocations
 from .options import KV_TYPES, MIN_CTX, LoadOptions
 
-MAX_OUTPUTS = max(MAX_DRAFT, MAX_LOOKUP_RUN) + 1  # logits rows of one sequence: a verify of the longest draft
-# logits rows each further sequence of a batch may add (a verify of auto's longest MTP draft):
-# rows cost 1 MiB each on Gemma's 262k vocabulary, so only the first sequence gets the longest
-SEQ_OUTPUTS = 9
 CTX_STEP = 256  # llama.cpp rounds every context up to a multiple of 256 (options.MIN_CTX)
 
 
@@ -274,7 +270,7 @@ def _context_params(opts: LoadOptions, n_ctx: int, n_threads: int):
     # At most MAX_OUTPUTS logits rows per batch (a verify step needs its drafts + 1): 48 MiB of
     # logits for Gemma's 262k vocabulary. llama.cpp otherwise reserves logits for a whole
     # ubatch: 512 x 262k floats = 512 MiB.
-    p.n_outputs_max = MAX_OUTPUTS + (opts.n_seq - 1) * SEQ_OUTPUTS
+    p.n_outputs_max = outputs_max(opts.n_seq)
     return p
 
 
@@ -298,8 +294,12 @@ class Runtime:
         self.target: TargetRunner | None = None
         self.drafter: DrafterRunner | None = None
         self._progress_refs = []
+        # what llama.cpp allocated for each model, by what (model, KV, compute, output) and
+        # backend: the memory plan is checked against these (engine/models/memory_plan.py)
+        self.allocated: dict[str, list[tuple[str, str, int]]] = {"target": [], "drafter": []}
         try:
-            self._load(progress)
+            with recording_allocations() as self.allocated["target"]:
+                self._load(progress)
         except BaseException:
             self.close()
             raise
@@ -352,6 +352,11 @@ class Runtime:
         if self.drafter_info is None:
             return
         di = self.drafter_info
+        with recording_allocations() as self.allocated["drafter"]:
+            self._load_drafter(di, progress)
+
+    def _load_drafter(self, di: GGUFInfo, progress) -> None:
+        o = self.options
         self.drafter_model = self._load_model(di.path, o.drafter_gpu_layers, "drafter", progress)
         d_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.drafter_model))
         d_out = lib.llama_model_n_embd_out(self.drafter_model)
@@ -375,6 +380,13 @@ class Runtime:
     @property
     def has_drafter(self) -> bool:
         return self.drafter is not None
+
+    def memory(self) -> tuple[MemoryPlan, MemoryPlan]:
+        """(planned, allocated): the memory plan of the loaded files at this context, and what
+        llama.cpp said it allocated, part by part."""
+        o = self.options
+        planned = plan_for_files(self.target_info, self.drafter_info, self.n_ctx, o.n_seq, self.n_ubatch)
+        return planned, allocated_plan(self.allocated["target"], self.allocated["drafter"], self.n_ctx)
 
     def close(self) -> None:
         """Free in dependency order: the drafter holds raw pointers into the target's cache."""

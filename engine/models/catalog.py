@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from .memory_plan import plan
+
 DEFAULT_QUANT = "Q4_K_M"
-COMPUTE_OVERHEAD = 300 * 2**20  # compute buffers, logits and scratch: a conservative flat allowance
 
 
 @dataclass(frozen=True)
@@ -73,24 +74,7 @@ def model_for_repo(repo: str, catalog: list[CatalogModel] | None = None) -> Cata
     return None
 
 
-def kv_cache_bytes(shape: dict, n_ctx: int, n_ubatch: int = 512, bytes_per_value: int = 2) -> int:
-    """K and V cache of a Gemma 4 model for n_ctx tokens (F16 by default).
-
-    Sliding-window layers keep only n_swa + n_ubatch cells (llama.cpp pads this to 256);
-    full-attention layers keep n_ctx. KV-sharing layers (E2B/E4B) store nothing of their own.
-    Every `swa_every`-th layer with its own KV cache is a full-attention layer.
-    """
-    swa_cells = min(n_ctx, -(-(shape["n_swa"] + n_ubatch) // 256) * 256)
-    total = 0
-    for i in range(shape["kv_layers"]):
-        full = (i + 1) % shape["swa_every"] == 0
-        cells = n_ctx if full else swa_cells
-        head_dim = shape["head_dim_full"] if full else shape["head_dim_swa"]
-        total += 2 * cells * shape["n_head_kv"] * head_dim * bytes_per_value
-    return total
-
-
-def memory_needed(model: CatalogModel, quant: str, n_ctx: int) -> int:
-    """Bytes for target weights + drafter weights + KV cache + compute buffers.
-    The drafter shares the target's KV cache, so it adds only weights."""
-    return model.quants[quant] + model.drafter_bytes + kv_cache_bytes(model.shape, n_ctx) + COMPUTE_OVERHEAD
+def memory_needed(model: CatalogModel, quant: str, n_ctx: int, n_seq: int = 1) -> int:
+    """Bytes for target weights + drafter weights + KV cache + compute buffers (memory_plan.py).
+    The drafter shares the target's KV cache, so it adds only weights and its logits."""
+    return plan(model.shape, model.quants[quant], model.drafter_bytes, n_ctx, n_seq).total

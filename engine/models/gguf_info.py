@@ -28,6 +28,7 @@ class GGUFInfo:
     arch: str
     name: str
     file_size: int
+    tensor_bytes: int  # the weights, without the header (Gemma 4's vocabulary alone is ~15 MB of it)
     n_vocab: int
     n_embd: int
     n_embd_out: int  # drafters: the target hidden size they read; 0 elsewhere
@@ -142,7 +143,7 @@ class _HeaderReader:
 
 
 def _read_header(fh, size: int) -> tuple[dict, int, int]:
-    """Returns (metadata, number of tensors, where the tensor data ends)."""
+    """Returns (metadata, number of tensors, where the tensor data starts, where it ends)."""
     r = _HeaderReader(fh, size)
     r.take(4)  # magic, checked by the caller
     version = r.unpack("<I")
@@ -177,7 +178,8 @@ def _read_header(fh, size: int) -> tuple[dict, int, int]:
     if not isinstance(align, int) or align <= 0 or align & (align - 1):
         raise ValueError("invalid general.alignment")
     pos = fh.tell()
-    return meta, n_tensors, pos + (-pos % align) + data_end
+    start = pos + (-pos % align)
+    return meta, n_tensors, start, start + data_end
 
 
 def read_gguf_metadata(path: str | os.PathLike) -> dict:
@@ -186,7 +188,8 @@ def read_gguf_metadata(path: str | os.PathLike) -> dict:
 
 
 def _read_checked(p: Path):
-    """(metadata, tensor count, file size) of a GGUF file, or ModelFileError in words."""
+    """(metadata, tensor count, file size, bytes of tensor data) of a GGUF file, or ModelFileError
+    in words."""
     if not p.exists():
         raise ModelFileError(f"{p}: no such file")
     if p.is_dir():
@@ -197,7 +200,7 @@ def _read_checked(p: Path):
             if fh.read(4) != GGUF_MAGIC:
                 raise ModelFileError(f"{p.name}: not a GGUF model file (it does not start with 'GGUF')")
             fh.seek(0)
-            meta, n_tensors, end = _read_header(fh, size)
+            meta, n_tensors, start, end = _read_header(fh, size)
     except OSError as e:
         raise ModelFileError(f"{p}: cannot be read ({e.strerror or e})") from None
     except _Truncated:
@@ -208,13 +211,13 @@ def _read_checked(p: Path):
     if end > size:
         raise ModelFileError(f"{p.name}: file is truncated ({size:,} of {end:,} bytes); "
                              "the download was probably interrupted")
-    return meta, n_tensors, size
+    return meta, n_tensors, size, end - start
 
 
 def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
     """Parse and sanity-check a GGUF header; raise ModelFileError with a plain message."""
     p = Path(path)
-    meta, n_tensors, size = _read_checked(p)
+    meta, n_tensors, size, tensor_bytes = _read_checked(p)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelFileError(f"{p.name}: GGUF has no general.architecture")
@@ -249,6 +252,7 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         arch=arch,
         name=str(meta.get("general.name", p.stem)),
         file_size=size,
+        tensor_bytes=tensor_bytes,
         n_vocab=int(tokens) if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0,
         n_embd=n_embd,
         n_embd_out=num("embedding_length_out"),

@@ -137,7 +137,7 @@ def router(state: ServerState) -> APIRouter:
                 "build_info": _build_info(), "endpoint_metrics": True, "endpoint_props": False,
                 "endpoint_slots": True, "is_sleeping": False,
                 "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max,
-                           "prompt_cache": _prompt_cache(e)}}
+                           "prompt_cache": _prompt_cache(e), "memory": _memory(e)}}
 
     @r.get("/slots")
     async def slots():
@@ -150,6 +150,17 @@ def router(state: ServerState) -> APIRouter:
                            "Process-Start-Time-Unix", str(STARTED))
 
     return r
+
+
+def _memory(e) -> dict:
+    """The memory plan of the loaded pair and what llama.cpp allocated, in bytes (a remote
+    backend has neither)."""
+    memory = getattr(e, "memory", None)
+    if memory is None:
+        return {}
+    planned, allocated = memory
+    return {k: {"weights": m.weights, "drafter": m.drafter, "kv_cache": m.kv, "compute": m.compute, "total": m.total}
+            for k, m in (("planned", planned), ("allocated", allocated))}
 
 
 def _exact_case(response: Response, name: str, value: str) -> Response:

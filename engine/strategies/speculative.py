@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from ..generation import AUTO
-from ..local.runtime import MAX_OUTPUTS
+from ..models.memory_plan import MAX_OUTPUTS
 from ..sampling import prob_of, sample_residual
 from . import mtp
 from .base import DecodeState, DecodeStrategy, Step, StepRun, TargetRows

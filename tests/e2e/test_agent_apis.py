@@ -215,6 +215,9 @@ def test_llama_server_routes_and_extensions(server):
     assert props["default_generation_settings"]["n_ctx"] == 8192 and "<|turn>" in props["chat_template"]
     assert props["modalities"]["vision"] is False and props["tandem"]["mtp"] is True
     assert props["model_path"] == "tiny-custom-target.gguf"  # the file, not the folders it sits in
+    memory = props["tandem"]["memory"]  # the plan and llama.cpp's own buffers, part by part
+    assert memory["planned"]["kv_cache"] > 0 and memory["allocated"]["weights"] > 0
+    assert memory["planned"]["total"] == sum(v for k, v in memory["planned"].items() if k != "total")
     metrics = httpx.get(base + "/metrics").text
     assert 'tandem:requests_total{api="chat"}' in metrics and "llamacpp:tokens_predicted_total" in metrics
     drafted = [float(line.split()[-1]) for line in metrics.splitlines() if line.startswith('tandem:draft_tokens_total{source="mtp"}')]

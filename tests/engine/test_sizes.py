@@ -125,3 +125,13 @@ def test_a_conversation_parting_beyond_the_window_is_read_from_a_checkpoint(shap
         assert e.run(p2, GenerationConfig(max_tokens=8, spec="auto")).tokens == r.tokens
     finally:
         e.close()
+
+
+def test_the_memory_plan_is_what_llama_cpp_allocates(shaped):
+    """The recommendation's sums (engine/models/memory_plan.py) read from each size's own header:
+    weights and total within 10 % of llama.cpp's buffers, the KV cache (a 1024 window over four
+    sequences, E4B's shared layers) to llama.cpp's rounding."""
+    from .test_memory_plan import check_plan
+
+    _, engine = shaped
+    check_plan(engine, 4)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.models.catalog import COMPUTE_OVERHEAD, CatalogModel, Source, find, kv_cache_bytes, load_catalog, memory_needed
+from engine.models.catalog import CatalogModel, Source, find, load_catalog, memory_needed
+from engine.models.memory_plan import compute_bytes, kv_cache_bytes
 from engine.models.hardware import Machine, gpu_bandwidth
 from engine.models.recommend import USABLE_TPS, check_fit, estimate_tps, recommend
 
@@ -23,6 +24,18 @@ def test_kv_cache_by_hand():
     # a short context caps the sliding cells too: n_ctx 512 -> every layer 512 cells
     # SWA: 2*512*2*64*2 = 262,144 x4 = 1,048,576; full: 2*512*2*128*2 = 524,288 x2 = 1,048,576
     assert kv_cache_bytes(SHAPE, 512) == 2_097_152
+    # four sequences share one unified cache: the sliding layers keep each one's window,
+    # pad256(4 * 100 + 512) = 1024 cells: 2*1024*2*64*2 = 524,288 x4 = 2,097,152
+    assert kv_cache_bytes(SHAPE, 4096, n_seq=4) == 2_097_152 + 8_388_608
+    # a size whose full-attention layers have their own KV head count (1 instead of 2)
+    assert kv_cache_bytes({**SHAPE, "n_head_kv_full": 1}, 4096) == 1_572_864 + 8_388_608 // 2
+
+
+def test_compute_buffers_by_hand():
+    # logits rows (48 for one sequence, 1000 floats each) twice, the f16 mask 4096 x 512, 64
+    # rows of 512 floats per token of the micro-batch; the drafter's one logits row twice
+    assert compute_bytes(SHAPE, 4096) == 2 * 48 * 4000 + 4096 * 512 * 2 + 64 * 512 * 512 * 4 + 2 * 4000
+    assert compute_bytes(SHAPE, 4096, n_seq=3, drafter=False) == 2 * 66 * 4000 + 4096 * 512 * 2 + 64 * 512 * 512 * 4
 
 
 def _model(name, size, active=1.0, shape=SHAPE):
@@ -32,11 +45,11 @@ def _model(name, size, active=1.0, shape=SHAPE):
 
 def test_fit_and_recommendation_by_hand():
     small, big = _model("small", 1_000_000_000), _model("big", 5_000_000_000)
-    need_small = 1_000_000_000 + 100_000_000 + kv_cache_bytes(SHAPE, 4096) + COMPUTE_OVERHEAD
-    assert memory_needed(small, "Q4_K_M", 4096) == need_small == 1_424_534_272  # 1e9 + 1e8 + 9,961,472 + 300 MiB
+    need_small = 1_000_000_000 + 100_000_000 + kv_cache_bytes(SHAPE, 4096) + compute_bytes(SHAPE, 4096)
+    assert memory_needed(small, "Q4_K_M", 4096) == need_small == 1_181_656_640  # 1e9 + 1e8 + 9,961,472 + 71,695,168
     gpu = dict(ram_budget=32e9, cpu_bandwidth=20e9, gpu_bandwidth=500e9)
     r = recommend(Machine(gpu_budget=6_000_000_000, **gpu), [small, big], n_ctx=4096)
-    assert r.model is big and not r.spills  # 5.0e9 + 1e8 + 9.96e6 + 3.15e8 = 5.42e9 <= 6e9
+    assert r.model is big and not r.spills  # 5.0e9 + 1e8 + 9.96e6 + 7.17e7 = 5.18e9 <= 6e9
     r = recommend(Machine(gpu_budget=5_000_000_000, **gpu), [small, big], n_ctx=4096)
     assert r.model is small and not r.spills
     r = recommend(Machine(gpu_budget=1_000_000_000, **gpu), [small, big], n_ctx=4096)
@@ -53,10 +66,10 @@ def test_speed_estimates_by_hand():
     dense = _model("dense", 7_380_000_000)
     rtx = Machine(ram_budget=32e9, cpu_bandwidth=20e9, gpu_budget=20_000_000_000, gpu_bandwidth=1008e9)
     assert estimate_tps(dense, "Q4_K_M", rtx) == pytest.approx(0.7 * 1008e9 / 7.38e9)
-    # a GPU short of memory: KV (8192 ctx) + drafter + buffers take 1e8 + kv + 300 MiB first,
+    # a GPU short of memory: KV (8192 ctx) + drafter + buffers take 1e8 + kv + compute first,
     # the rest of its 6e9 holds that share of the weights; the remainder is read at CPU speed
     small_gpu = Machine(ram_budget=32e9, cpu_bandwidth=20e9, gpu_budget=6_000_000_000, gpu_bandwidth=1008e9)
-    other = 100_000_000 + kv_cache_bytes(SHAPE, 8192) + COMPUTE_OVERHEAD
+    other = 100_000_000 + kv_cache_bytes(SHAPE, 8192) + compute_bytes(SHAPE, 8192)
     share = (6e9 - other) / 7.38e9
     seconds = 7.38e9 * share / (0.7 * 1008e9) + 7.38e9 * (1 - share) / 20e9
     assert estimate_tps(dense, "Q4_K_M", small_gpu) == pytest.approx(1 / seconds)
