@@ -446,7 +446,10 @@ def test_picture_bombs_are_refused_before_they_are_decoded(server, tiny):
 
 
 # a schema whose grammar takes a while to build: the requests await between admission and start
-SLOW = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": "^[a-z]{1,40}$"} for i in range(40)}}
+# and whose every property is required and long: an admitted request does not finish (and give
+# its place back) before the burst's slowest client arrives
+SLOW = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": "^[a-z]{30,40}$"} for i in range(40)},
+        "required": [f"p{i}" for i in range(40)]}
 
 
 def test_a_burst_larger_than_the_queue_gets_503s_beyond_its_bound(tiny):
