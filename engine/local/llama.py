@@ -55,11 +55,11 @@ def recording_allocations():
     what is "model" (weights), "KV", "compute" or "output" (logits); backend "CPU", "CUDA0" ...
     (the log is written on the thread that loads)."""
     rows: list[tuple[str, str, int]] = []
-    _recording.rows = rows
+    outer, _recording.rows = getattr(_recording, "rows", None), rows
     try:
         yield rows
     finally:
-        _recording.rows = None
+        _recording.rows = outer  # a block inside another records for itself only
 
 
 @lib.llama_log_callback
