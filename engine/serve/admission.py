@@ -90,7 +90,8 @@ class ServerState:
         if all_stats:
             s = all_stats[-1]
             self._log(dict(kind=api, stream=stream, tokens=sum(x.generated_tokens for x in all_stats),
-                           tps=s.decode_tps, accepted=s.acceptance_rate, seconds=seconds))
+                           tps=s.decode_tps, accepted=s.acceptance_rate, seconds=seconds,
+                           prompt=all_stats[0].prompt_tokens, cached=all_stats[0].reused_tokens))
 
     def hosted_left_out(self, api: str, kinds: list[str]) -> None:
         """A request's hosted tools were left out of what the model is offered (hosted_tools.py)."""
@@ -122,7 +123,9 @@ def log_line(e: dict) -> str:
     if "error" in e:
         return f"{api}: {e['error']}"
     accepted = f", {e['accepted'] * 100:.0f} % accepted" if e.get("accepted") is not None else ""
-    return (f"{api}{' (stream)' if e['stream'] else ''}: {e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s"
+    # what the prompt cost: the part of it the prompt cache held was not read again
+    prompt = f"prompt {e['prompt']:,} tokens ({e['cached']:,} cached), " if e.get("prompt") else ""
+    return (f"{api}{' (stream)' if e['stream'] else ''}: {prompt}{e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s"
             f"{accepted}, {e['seconds']:.1f} s")
 
 

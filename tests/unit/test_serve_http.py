@@ -108,3 +108,16 @@ def test_a_tool_result_whose_content_is_not_text_is_a_400_naming_it():
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": 5}]}]})
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert "messages[2].content[0].content" in r.json()["error"]["message"]
+
+
+def test_a_replys_log_line_says_how_much_of_its_prompt_was_read_from_the_cache():
+    """A user watching `tandem serve` sees what each request cost it: the prompt, and how much of
+    it came from the prompt cache (slot, memory or disk) instead of being read again."""
+    from engine.serve.admission import log_line
+    from engine.stats import GenerationStats
+
+    seen = []
+    state = ServerState(lambda: None, "gemma-4", on_log=seen.append)
+    state.finished("chat", [GenerationStats(prompt_tokens=4446, reused_tokens=4410, prefill_tokens=36,
+                                            generated_tokens=16)], False, 0.25)
+    assert log_line(seen[-1]).startswith("OpenAI chat: prompt 4,446 tokens (4,410 cached), 16 tokens, ")
