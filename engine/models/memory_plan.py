@@ -2,8 +2,8 @@
 KV cache (its sliding-window and KV-sharing layers at the chosen context and sequence count)
 and llama.cpp's compute and output buffers. One set of sums for both callers: the
 recommendation (from the catalog's shapes and sizes) and the loader (from a file's own header);
-tests/engine/test_memory_plan.py checks them against what llama.cpp allocates for every shaped
-test pair.
+tests/engine/test_memory_plan.py (the real-vocabulary test pair) and tests/engine/test_sizes.py
+(every size's shaped pair) check them against what llama.cpp allocates.
 """
 
 from __future__ import annotations

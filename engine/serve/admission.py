@@ -124,9 +124,9 @@ def log_line(e: dict) -> str:
         return f"{api}: {e['error']}"
     accepted = f", {e['accepted'] * 100:.0f} % accepted" if e.get("accepted") is not None else ""
     # what the prompt cost: the part of it the prompt cache held was not read again
-    prompt = f"prompt {e['prompt']:,} tokens ({e['cached']:,} cached), " if e.get("prompt") else ""
-    return (f"{api}{' (stream)' if e['stream'] else ''}: {prompt}{e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s"
-            f"{accepted}, {e['seconds']:.1f} s")
+    prompt = f", prompt {e['prompt']:,} tokens ({e['cached']:,} cached)" if e.get("prompt") else ""
+    return (f"{api}{' (stream)' if e['stream'] else ''}: {e['tokens']} tokens, {(e['tps'] or 0):.1f} tok/s"
+            f"{accepted}, {e['seconds']:.1f} s{prompt}")
 
 
 def api_of(path: str) -> str:

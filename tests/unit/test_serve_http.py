@@ -120,4 +120,5 @@ def test_a_replys_log_line_says_how_much_of_its_prompt_was_read_from_the_cache()
     state = ServerState(lambda: None, "gemma-4", on_log=seen.append)
     state.finished("chat", [GenerationStats(prompt_tokens=4446, reused_tokens=4410, prefill_tokens=36,
                                             generated_tokens=16)], False, 0.25)
-    assert log_line(seen[-1]).startswith("OpenAI chat: prompt 4,446 tokens (4,410 cached), 16 tokens, ")
+    line = log_line(seen[-1])
+    assert line.startswith("OpenAI chat: 16 tokens, ") and line.endswith(", prompt 4,446 tokens (4,410 cached)")
