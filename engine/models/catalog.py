@@ -74,7 +74,7 @@ def model_for_repo(repo: str, catalog: list[CatalogModel] | None = None) -> Cata
     return None
 
 
-def memory_needed(model: CatalogModel, quant: str, n_ctx: int, n_seq: int = 1) -> int:
+def memory_needed(model: CatalogModel, quant: str, n_ctx: int) -> int:
     """Bytes for target weights + drafter weights + KV cache + compute buffers (memory_plan.py).
     The drafter shares the target's KV cache, so it adds only weights and its logits."""
-    return plan(model.shape, model.quants[quant], model.drafter_bytes, n_ctx, n_seq).total
+    return plan(model.shape, model.quants[quant], model.drafter_bytes, n_ctx).total

@@ -39,11 +39,10 @@ class MemoryPlan:
     kv: int
     compute: int
     n_ctx: int
-    projector: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.drafter + self.kv + self.compute + self.projector
+        return self.weights + self.drafter + self.kv + self.compute
 
     def describe(self) -> str:
         gb = 1e9
@@ -52,8 +51,6 @@ class MemoryPlan:
             parts.append(f"drafter {self.drafter / gb:.2f}")
         parts.append(f"KV cache {self.kv / gb:.2f} ({self.n_ctx:,} tokens)")
         parts.append(f"compute {self.compute / gb:.2f}")
-        if self.projector:
-            parts.append(f"projector {self.projector / gb:.2f}")
         return f"{self.total / gb:.2f} GB: " + ", ".join(parts)
 
 
@@ -86,11 +83,9 @@ def compute_bytes(shape: dict, n_ctx: int, n_ubatch: int = 512, n_seq: int = 1, 
     return target + (2 * n_seq * row if drafter else 0)
 
 
-def plan(shape: dict, weights: int, drafter: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512,
-         projector: int = 0) -> MemoryPlan:
+def plan(shape: dict, weights: int, drafter: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512) -> MemoryPlan:
     return MemoryPlan(weights=weights, drafter=drafter, kv=kv_cache_bytes(shape, n_ctx, n_ubatch, n_seq),
-                      compute=compute_bytes(shape, n_ctx, n_ubatch, n_seq, drafter > 0), n_ctx=n_ctx,
-                      projector=projector)
+                      compute=compute_bytes(shape, n_ctx, n_ubatch, n_seq, drafter > 0), n_ctx=n_ctx)
 
 
 def shape_of(info: GGUFInfo) -> dict:
@@ -104,11 +99,11 @@ def shape_of(info: GGUFInfo) -> dict:
             "n_embd": info.n_embd, "n_vocab": info.n_vocab}
 
 
-def plan_for_files(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512,
-                   projector: int = 0) -> MemoryPlan:
+def plan_for_files(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx: int, n_seq: int = 1,
+                   n_ubatch: int = 512) -> MemoryPlan:
     """The plan of a pair on disk: its tensors' bytes and its own shape."""
     return plan(shape_of(target), target.tensor_bytes, drafter.tensor_bytes if drafter else 0, n_ctx, n_seq,
-                n_ubatch, projector)
+                n_ubatch)
 
 
 def allocated_plan(target_rows: list, drafter_rows: list, n_ctx: int) -> MemoryPlan:
