@@ -7,12 +7,15 @@ turn, round after round, so a drift of the machine's speed reaches them all alik
     .venv/bin/python scripts/bench_concurrency.py -m TARGET.gguf -d DRAFTER.gguf [--levels 1 2 4 8]
         [--max-tokens 64] [--rounds 3] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
         [--fixed 1 2 3]   # also Tandem with each fixed draft length (is auto within 0.95x of the best?)
+        [--json docs/figures/concurrency_26b_a4b.json]   # the README's table (tests/unit/test_figures.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -66,6 +69,34 @@ def stop(proc):
         proc.kill()
 
 
+def markdown(data: dict) -> str:
+    """The README's table of a run written with --json (tests/unit/test_figures.py checks that
+    the README shows the file's figures): tok/s per server and client count, the ratio of the
+    most clients to one, and how many replies under load were each prompt's reply alone."""
+    levels = data["levels"]
+    lines = ["| server | " + " | ".join(f"{n} client{'s' if n > 1 else ''}" for n in levels)
+             + f" | {levels[-1]} vs 1 | as alone |", "|---|" + "---|" * (len(levels) + 2)]
+    for name, got in data["rows"].items():
+        tps = [r["tps"] for r in got]
+        same = sum(r["same"] or 0 for r in got), sum(r["clients"] for r in got)
+        lines.append(f"| {name} | " + " | ".join(f"{t:.1f}" for t in tps)
+                     + f" | {tps[-1] / tps[0]:.2f}x | {same[0]}/{same[1]} |")
+    return "\n".join(lines)
+
+
+def write_json(path: str, args, rows: dict) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    Path(path).write_text(json.dumps({
+        "command": "scripts/bench_concurrency.py " + " ".join(sys.argv[1:]), "commit": commit,
+        "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "model": Path(args.model).name, "drafter": Path(args.drafter).name, "max_tokens": args.max_tokens,
+        "rounds": args.rounds, "levels": args.levels,
+        "rows": {name: [{"clients": r.clients, "tps": round(r.tps, 1), "slowest_s": round(r.slowest_s, 2),
+                         "errors": r.errors, "same": r.same} for r in results] for name, results in rows.items()},
+    }, indent=1), "utf-8")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", required=True)
@@ -84,6 +115,7 @@ def main() -> int:
     ap.add_argument("--only", choices=["tandem", "llama"])
     ap.add_argument("--fixed", type=int, nargs="*", default=[], metavar="K",
                     help="also Tandem with these fixed draft lengths (tandem.draft_max per request)")
+    ap.add_argument("--json", metavar="OUT", help="also write the table as JSON to OUT (the README's figures)")
     args = ap.parse_args()
     n = max(args.levels)
     threads = args.threads or (os.cpu_count() or 2)
@@ -123,6 +155,8 @@ def main() -> int:
     print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy, "
           f"median of {args.rounds} round{'s' if args.rounds > 1 else ''}")
     print(load_table(rows))
+    if args.json:
+        write_json(args.json, args, rows)
     return 0
 
 

@@ -251,11 +251,26 @@ def test_sequences_drafting_together_share_one_length_from_the_whole_batchs_cost
 def test_batches_never_measured_are_tried_one_size_at_a_time():
     """8 sequences on a CPU where one client measured batches of 1-4 rows: their plain batch
     (8 rows) is measured first, by a plain step; then each longer draft's batch in turn, its
-    cost guessed on from the sizes below — never 8 drafts each at once (72 rows: seconds on a
-    CPU), which the cost of 4 rows would call nearly free."""
+    cost taken at the nearest smaller size's (optimistic, so it is tried) — never 8 drafts each
+    at once (72 rows: seconds on a CPU), which the cost of 4 rows would call nearly free."""
     small = {n: 150 + 5 * n for n in range(1, 5)}  # as measured here on the E2B-shaped pair
     assert _joint_k(_costs(small, 4), 8) == 0
     assert _joint_k(_costs({**small, 8: 200}, 4), 8) == 1  # 16 rows: the next size, tried
-    # 16 rows measured: 24 guessed from 8 and 16 rows' cost per row (at 3/4), tried; 32 not yet
+    # 16 rows measured: 24 tried at 16 rows' cost; 32 not yet
     assert _joint_k(_costs({**small, 8: 200, 16: 250}, 4), 8) == 2
-    assert _costs({**small, 8: 200, 16: 250}, 4).guess(24) == pytest.approx((250 + 0.75 * 50 / 8 * 8) * MS)
+
+
+# batch costs (ms) measured by `tandem serve --parallel 8` on the 26B-A4B-shaped pair (2 cores):
+# one client's drafts measured 3 and 9 rows, four clients' plain and k=1 batches 4 and 8, eight
+# clients' 16..64; a 9-row verify reads many more experts than 8 rows do
+MOE = {1: 57.5, 3: 97.3, 4: 89.6, 7: 155.4, 8: 120.6, 9: 147.9, 16: 178.4, 24: 226.4, 32: 299.2}
+
+
+def test_on_a_mixture_of_experts_four_sequences_draft_past_a_dear_odd_size():
+    """Four sequences accepting 90 % of drafts: k=1 (8 rows) was measured, 12 rows never; the
+    guess on from 8 and 9 rows' costs (27 ms a row) said 12 rows cost 209 ms, more than the 16
+    measured, and auto kept drafting one token where three gave 1.3x more (measured: 66 vs
+    82 tok/s). At 9 rows' cost, 12 is worth trying; once measured, the longer drafts whose
+    batches were measured (16, 24 rows) count too."""
+    assert _joint_k(_costs(MOE, 1.9), 4) >= 2
+    assert _joint_k(_costs({**MOE, 12: 165.0}, 1.9), 4) >= 3

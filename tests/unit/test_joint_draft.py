@@ -32,7 +32,7 @@ class Costs:
     def ready(self) -> bool:
         return self.is_ready
 
-    def guess(self, rows: int) -> float:
+    def batch_cost(self, rows: int) -> float:
         return self.per_batch + self.per_row * rows
 
     def measured(self, rows: int) -> bool:
