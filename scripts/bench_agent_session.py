@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_concurrency import free_port, serve, stop  # noqa: E402
+from scripts.figures import provenance  # noqa: E402
 
 PARA = ("When a task needs several steps, plan them first, keep the user informed of progress, and prefer the "
         "tools provided over guessing; read files before editing them, keep changes small and run the tests. ")
@@ -224,13 +225,8 @@ def main() -> int:
               f"{rows[AFTER_RESTART[0]][n][0] / warm:.2f}x; cold prefill "
               f"{rows['A turn 1 (cold)'][n][2] / rows['A turn 1 (cold)'][n][0]:.0f} tok/s")
     if args.json:
-        import platform
-
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
         Path(args.json).write_text(json.dumps({
-            "command": "scripts/bench_agent_session.py " + " ".join(sys.argv[1:]), "commit": commit,
-            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            **provenance("scripts/bench_agent_session.py"),
             "model": Path(args.model).name, "ctx": args.ctx, "parallel": args.parallel, "threads": threads,
             "rounds": args.rounds, "session": args.session,
             "columns": names, "rows": rows}, indent=1), "utf-8")

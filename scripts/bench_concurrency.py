@@ -7,7 +7,7 @@ turn, round after round, so a drift of the machine's speed reaches them all alik
     .venv/bin/python scripts/bench_concurrency.py -m TARGET.gguf -d DRAFTER.gguf [--levels 1 2 4 8]
         [--max-tokens 64] [--rounds 3] [--gpu-layers -1 --drafter-gpu-layers -1] [--only tandem|llama]
         [--fixed 1 2 3]   # also Tandem with each fixed draft length (is auto within 0.95x of the best?)
-        [--json docs/figures/concurrency_26b_a4b.json]   # the README's table (tests/unit/test_figures.py)
+        [--json OUT.json]   # also the table as a figures file (scripts/figures.py: command, commit, date)
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.bench.load import load_table, measure_in_turn  # noqa: E402
+from scripts.figures import provenance  # noqa: E402
 
 
 def free_port() -> int:
@@ -85,11 +85,8 @@ def markdown(data: dict) -> str:
 
 
 def write_json(path: str, args, rows: dict) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     Path(path).write_text(json.dumps({
-        "command": "scripts/bench_concurrency.py " + " ".join(sys.argv[1:]), "commit": commit,
-        "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        **provenance("scripts/bench_concurrency.py"),
         "model": Path(args.model).name, "drafter": Path(args.drafter).name, "max_tokens": args.max_tokens,
         "rounds": args.rounds, "levels": args.levels,
         "rows": {name: [{"clients": r.clients, "tps": round(r.tps, 1), "slowest_s": round(r.slowest_s, 2),
