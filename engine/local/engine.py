@@ -14,7 +14,6 @@ Tokenizing and chat formatting are prompt.py's; decoding strategies are strategi
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable, Iterator
 
@@ -330,8 +329,7 @@ class Engine(Backend):
         self.format_chat([{"role": "system", "content": "<|turn>"}, {"role": "user", "content": "Hi"}],
                          tools=[{"type": "function", "function": {
                              "name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}])
-        with self._alone() as target:
-            target.decode(self.prompts.tokenize("Hi"), 0, outputs="last")
+        self._alone(lambda target: target.decode(self.prompts.tokenize("Hi"), 0, outputs="last"))
 
     def reset(self) -> None:
         """Forget the cached conversations no generation is using (the next prompt is decoded
@@ -339,17 +337,18 @@ class Engine(Backend):
         self._check_open()
         self.scheduler.forget_idle()
 
-    @contextmanager
-    def _alone(self):
-        """The contexts to oneself, once no generation runs or waits (for measurements)."""
+    def _alone(self, fn: Callable):
+        """fn(target) with the contexts to itself, once no generation runs, on the scheduler's
+        thread like every computation (Scheduler.call); the slots start empty after it."""
         self._check_open()
-        self.scheduler.idle()
-        with self.scheduler.contexts:
+
+        def alone():
             self.scheduler.forget_all()
             try:
-                yield self.rt.target
+                return fn(self.rt.target)
             finally:
                 self.scheduler.forget_all()
+        return self.scheduler.call(alone)
 
     def run(self, prompt: list[int], config: GenerationConfig = GenerationConfig(),
             on_event: Callable[[GenerationEvent], None] | None = None) -> GenerationResult:
@@ -383,9 +382,10 @@ class Engine(Backend):
         """Gap between the best and second-best logit for the token after prompt+generated,
         computed the way baseline decoding computes it (prompt batched, then one token at a
         time): how close the target was to a tie there."""
-        with self._alone() as tgt:
+        def margin(tgt):
             tgt.set_hidden_output(False)
-            top = np.sort(self._logits_after(tgt, prompt, generated))
+            return np.sort(self._logits_after(tgt, prompt, generated))
+        top = self._alone(margin)
         return float(top[-1] - top[-2])
 
     def batch_noise_at(self, prompt: list[int], generated: list[int], max_rows: int = 9) -> float:
@@ -398,7 +398,8 @@ class Engine(Backend):
         decoding too). Measured both ways a drafting run differs: the rows of one verify, and
         the cache cells of the generated tokens written in batches rather than one by one."""
         seq = list(prompt) + list(generated)
-        with self._alone() as tgt:
+
+        def noise(tgt) -> float:
             tgt.set_hidden_output(False)
             n = len(seq) - 1
             single = self._logits_after(tgt, seq[:-1], seq[-1:])
@@ -413,4 +414,6 @@ class Engine(Backend):
                 # the next logits by 0.8-2.3 within 64 tokens, where the rows above moved none)
                 ends = [self._logits_after(tgt, prompt, generated, one_by_one) for one_by_one in (True, False)]
                 worst = max(worst, float(np.max(np.abs(ends[0] - ends[1]))))
-        return worst
+            return worst
+        return self._alone(noise)
+

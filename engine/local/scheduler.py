@@ -7,8 +7,10 @@ went through the drafter as batches of their own (one per draft position).
     seq = scheduler.submit(job)          # from any thread
     for ev in seq.stream(): ...          # GenerationEvents, made on the scheduler's thread
 
-One thread (started with the first job, ended with `close`) owns every llama.cpp call on the
-contexts while sequences run. Each slot is one sequence id of the target's cache and keeps
+One thread (started with the first job, ended with `close`) makes every llama.cpp computation
+on the contexts: the sequences' steps, and what the engine runs alone (`call`: its warm-up and
+measurements). llama.cpp's CPU backend (OpenMP) gives each thread that computes a team of
+worker threads that stay; a second team on a 2-core machine halved every later decode. Each slot is one sequence id of the target's cache and keeps
 what its last generation left there, so a conversation's next request goes to the slot with
 its longest cached prefix (or comes back from the host cache: prompt_cache.py). A new prompt
 is decoded in chunks between the others' steps, so a long prompt never stalls the replies
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 from typing import Callable
 
 from ..errors import EngineError
@@ -58,21 +61,41 @@ class Scheduler:
         self.cancel_below = 0  # sequences numbered below this were cancelled (engine.cancel())
         self.closed = False
         self.thread: threading.Thread | None = None
+        self.calls: list[tuple[Callable, Future]] = []  # `call`s waiting for the running sequences to end
 
     # ---- from any thread ------------------------------------------------------------------
     def submit(self, job: Job) -> Sequence:
         seq = Sequence(job)
         with self.lock:
-            if self.closed:
-                raise EngineError("the engine is closed")
+            self._check_open()
             seq.number = self.next_id
             self.next_id += 1
             self.waiting.append(seq)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="tandem-scheduler", daemon=True)
-                self.thread.start()
-            self.lock.notify_all()
+            self._wake()
         return seq
+
+    def call(self, fn: Callable):
+        """fn() on the scheduler's thread, once no sequence runs (none is admitted meanwhile),
+        holding the contexts; returns what it returns or raises what it raises."""
+        if threading.current_thread() is self.thread:
+            return fn()
+        done: Future = Future()
+        with self.lock:
+            self._check_open()
+            self.calls.append((fn, done))
+            self._wake()
+        return done.result()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise EngineError("the engine is closed")
+
+    def _wake(self) -> None:
+        """With the lock held: the thread, started if it is not running, sees the new work."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="tandem-scheduler", daemon=True)
+            self.thread.start()
+        self.lock.notify_all()
 
     def counts(self) -> tuple[int, int]:
         """(generating, waiting for a slot)."""
@@ -116,17 +139,25 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self.lock:
-                while not self.running and not self.waiting and not self.closed:
+                while not self.running and not self.waiting and not self.calls and not self.closed:
                     self.lock.wait()
-                if self.closed and not self.running and not self.waiting:
+                calls, self.calls = (self.calls, []) if not self.running else ([], self.calls)
+                if self.closed and not self.running and not self.waiting and not calls:
                     self.thread = None
                     return
             with self.contexts:
-                self._tick()
+                for fn, done in calls:
+                    try:
+                        done.set_result(fn())
+                    except BaseException as e:
+                        done.set_exception(e)
+                if not calls:
+                    self._tick()
 
     def _tick(self) -> None:
         self._end_stopped()
-        self._admit()
+        if not self.calls:  # a call waits for the running sequences alone
+            self._admit()
         try:
             self._decode()
         except BaseException as e:  # a decode failed: the cache is unknown, every sequence ends
