@@ -61,6 +61,7 @@ class ModelInfo:
     media_note: str = ""  # why pictures and sounds are off, when they are
     sources: list = field(default_factory=list)  # draft sources: "mtp" (the drafter), "lookup" (any local model)
     tools: bool = False  # the chat template declares tools and reads calls (Gemma 4's does)
+    placement: str = ""  # local: the context and GPU layers chosen from the memory plan, and why
 
     @property
     def has_baseline(self) -> bool:

@@ -43,6 +43,10 @@ def _draft_max(v) -> bool:
     return v == AUTO or (_of(int)(v) and 1 <= v <= MAX_DRAFT)
 
 
+def _count_or_auto(v) -> bool:
+    return v == AUTO or _of(int)(v)
+
+
 def _optional_dict(v) -> bool:
     return v is None or isinstance(v, dict)
 
@@ -57,9 +61,10 @@ FIELDS: dict[str, Field] = {
     "remote": Field(None, _optional_dict),  # {"connection", "model"}: a server model last used, else None
     "connections": Field([], _list_of_dicts),  # servers (app.connections.Connection as dicts; keys in the keyring)
     "mcp_servers": Field([], _list_of_dicts),  # Settings → Tools (app.tools.mcp_client.ServerConfig dicts), all off by default
-    "target_gpu_layers": Field(LOAD.target_gpu_layers, _of(int)),
-    "drafter_gpu_layers": Field(LOAD.drafter_gpu_layers, _of(int)),
-    "n_ctx": Field(LOAD.n_ctx, _of(int)),
+    # "auto" (the default): chosen from the memory plan at each load (engine/models/fit.py)
+    "target_gpu_layers": Field(LOAD.target_gpu_layers, _count_or_auto),
+    "drafter_gpu_layers": Field(LOAD.drafter_gpu_layers, _count_or_auto),
+    "n_ctx": Field(AUTO, _count_or_auto),
     "threads": Field(LOAD.n_threads, _of(int)),
     "temperature": Field(SAMPLING.temperature, _number),
     "top_k": Field(SAMPLING.top_k, _of(int)),

@@ -143,7 +143,8 @@ class EngineWorker(QObject):
             target_name=rt.target_info.path.name, drafter_name=rt.drafter_info.path.name if rt.drafter_info else "",
             n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason, sources=e.spec_sources,
             vision=bool(p and p.vision), audio=bool(p and p.audio), mmproj=str(p.info.path) if p else "",
-            media_note=media_note, tools=bool(e.template is not None and e.template.supports_tools))
+            media_note=media_note, tools=bool(e.template is not None and e.template.supports_tools),
+            placement=e.placement.note if e.placement else "")
 
     @staticmethod
     def _load_pair(req: LoadRequest, opts, progress):

@@ -92,8 +92,9 @@ def model_label(info) -> tuple[str, str]:
         return info.engine, f"{r.model} on {info.engine} at {r.server}. Switch with one click"
     d = f" + {info.drafter_name}" if info.drafter_name else " (no MTP drafter: it drafts by lookup)"
     # the entry already says "(no drafter)": the status says what drafts instead
+    placed = f"\n{info.placement} (Settings to choose them yourself)" if info.placement else ""
     return ("" if info.drafter_name else "lookup drafting",
-            f"{info.target_name}{d}. Switch with one click; Models… to add or remove")
+            f"{info.target_name}{d}. Switch with one click; Models… to add or remove{placed}")
 
 
 def target_stem(info) -> str:

@@ -229,6 +229,8 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
             status, tip = model_label(info)
             self.picker.refresh(current=info.picker_key, status=status)
             self.picker.setToolTip(tip)
+            if info.placement:  # what was chosen for the user, said once where they look
+                self.statusBar().showMessage(info.placement, 15000)
         elif not self.session.loading_model:
             self.picker.refresh(current="", status="")
         self._update_controls()

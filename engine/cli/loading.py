@@ -3,13 +3,6 @@ the output constraint they name."""
 
 from __future__ import annotations
 
-# the default context of each sequence: `tandem serve --parallel N` gets N times this, shared
-# (a request reserves its prompt and max_tokens of it while it runs)
-CTX_PER_SEQUENCE = 4096
-# tandem serve's least default context: coding agents' first request is large (Claude Code's
-# ~20k tokens with its tools, Codex's ~6k) and asks for up to 32000 tokens back
-SERVE_MIN_CTX = 32768
-
 
 def remote(url, args, model=None):
     """A server's backend, its key from --api-key or $TANDEM_API_KEY."""
@@ -23,7 +16,8 @@ def remote(url, args, model=None):
 def load(args):
     """The backend the arguments name: a server (--server), or the local pair, loaded."""
     from ..local.engine import Engine
-    from ..local.options import LoadOptions
+    from ..local.options import AUTO, LoadOptions
+    from ..models.fit import CTX_PER_SEQUENCE
 
     if args.server:
         if args.drafter:
@@ -33,9 +27,11 @@ def load(args):
         raise ValueError("--model is required: a GGUF file (or --server URL to use a server)")
 
     n_seq = getattr(args, "parallel", 1)
-    default_ctx = max(CTX_PER_SEQUENCE * n_seq, SERVE_MIN_CTX if args.command == "serve" else 0)
     serve = args.command == "serve"
-    opts = LoadOptions(n_ctx=args.ctx or default_ctx, n_threads=args.threads,
+    # tandem serve's context, when not given, is chosen from the memory plan (engine/models/fit.py);
+    # a benchmark's or one generation's is 4096 for each sequence (a request reserves its prompt
+    # and max_tokens of it while it runs)
+    opts = LoadOptions(n_ctx=args.ctx or (AUTO if serve else CTX_PER_SEQUENCE * n_seq), n_threads=args.threads,
                        target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
                        verbose=args.verbose, n_seq=n_seq,

@@ -45,6 +45,19 @@ def _positive(kind=int):
     return conv
 
 
+def _layers(s):
+    """--gpu-layers: 'auto', 'all' (-1) or a count, as llama.cpp's -ngl spells them."""
+    if s in (AUTO, "all"):
+        return AUTO if s == AUTO else -1
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto', 'all' or a number of layers, got {s!r}") from None
+    if v < -1:
+        raise argparse.ArgumentTypeError(f"must be 'auto', 'all', -1 or a count >= 0, got {s}")
+    return v
+
+
 def _port(s):
     try:
         v = int(s)
@@ -78,11 +91,15 @@ def _add_load_args(p, remote: bool = True):
         p.set_defaults(server=None)
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
     p.add_argument("--ctx", type=_positive(), default=None,
-                   help="context size in tokens (default 4096; tandem serve: 4096 for each --parallel request and "
-                        "at least 32768, for coding agents' long prompts; the requests decoding together share it)")
+                   help="context size in tokens (default 4096; tandem serve: 32768, or 4096 for each --parallel "
+                        "request if more, for coding agents' long prompts, less where memory is short; the "
+                        "requests decoding together share it)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--gpu-layers", type=int, default=0, help="target layers on the GPU (-1 = all)")
-    p.add_argument("--drafter-gpu-layers", type=int, default=0, help="drafter layers on the GPU (-1 = all)")
+    p.add_argument("--gpu-layers", type=_layers, default=AUTO,
+                   help="target layers on the GPU: a count, 'all' (or -1), or 'auto' (default: every layer "
+                        "where the memory plan fits on the GPU, else as many as fit)")
+    p.add_argument("--drafter-gpu-layers", type=_layers, default=AUTO,
+                   help="drafter layers on the GPU: a count, 'all' (or -1), or 'auto' (the default)")
     p.add_argument("--no-flash-attn", action="store_true", help="disable flash attention (both contexts)")
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 

@@ -20,6 +20,8 @@ def cmd_serve(args) -> int:
         name, *aliases = args.name or [Path(args.model).stem]
         where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
         planned, allocated = engine.memory
+        if engine.placement is not None and engine.placement.note:
+            print(f"{engine.placement.note} (--ctx and --gpu-layers choose them yourself)", flush=True)
         print(f"Memory: {planned.describe()} planned; llama.cpp allocated {allocated.total / 1e9:.2f} GB "
               "at load (its output buffer grows to the plan's on the first drafts)", flush=True)
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "

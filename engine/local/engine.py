@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ContextOverflowError, ModelUnloaded, MTPUnavailableError
 from ..generation import (AUTO, MAX_LOGPROBS, SPEC_NONE, Backend, GenerationConfig, GenerationEvent,  # noqa: F401
                          GenerationResult)
+from .llama import recording_allocations
 from .runtime import LoadOptions, Runtime
 from .grammar import Tokenizer
 from .prompt import Prompts
@@ -72,7 +73,7 @@ class Engine(Backend):
             # whole image (up to 1120 positions) in one micro-batch
             options = replace(options, n_batch=max(options.n_batch, MEDIA_BATCH),
                               n_ubatch=max(options.n_ubatch, MEDIA_BATCH))
-        engine = cls(Runtime(target, drafter, options, progress))
+        engine = cls(Runtime(target, drafter, options, progress, projector_path=mmproj))
         if mmproj:
             try:
                 engine.attach_projector(mmproj)
@@ -84,8 +85,12 @@ class Engine(Backend):
     def attach_projector(self, path) -> None:
         from .media import Projector
 
-        self.projector = Projector(path, self.rt, self.rt.n_threads,
-                                   use_gpu=self.rt.options.target_gpu_layers != 0)
+        from ..models.gguf_info import read_gguf_info
+
+        self.rt.projector_info = read_gguf_info(path)  # in the memory plan, with what clip allocates
+        with recording_allocations() as self.rt.allocated["projector"]:
+            self.projector = Projector(path, self.rt, self.rt.n_threads,
+                                       use_gpu=self.rt.options.target_gpu_layers != 0)
         self.scheduler.projector = self.prompts.projector = self.projector
 
     def close(self) -> None:
@@ -139,6 +144,12 @@ class Engine(Backend):
         """(planned, allocated) MemoryPlans: what engine/models/memory_plan.py planned for these
         files at this context, and what llama.cpp allocated."""
         return self.rt.memory()
+
+    @property
+    def placement(self):
+        """engine/models/fit.py's Placement when the context or GPU layers were left to it
+        (its `note` says what it chose and why), else None."""
+        return self.rt.placement
 
     @property
     def n_vocab(self) -> int:

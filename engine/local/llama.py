@@ -46,6 +46,8 @@ _min_level = [4]  # errors only, unless verbose
 # map): "load_tensors: CPU_Mapped model buffer size = 97.00 MiB", "llama_kv_cache: CPU KV buffer
 # size = ...", "llama_context: CPU compute buffer size = ...", "... output buffer size = ...".
 _BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s*([0-9.]+) MiB")
+# the projector's (mtmd's clip): "load_hparams: model size: 0.26 MiB", its weights
+_CLIP_RE = re.compile(r"load_hparams: model size:\s*([0-9.]+) MiB")
 _recording = threading.local()  # the buffers llama.cpp allocates while this thread loads
 
 
@@ -66,9 +68,12 @@ def recording_allocations():
 def _log_cb(level, text, _user):
     rows = getattr(_recording, "rows", None)
     if rows is not None and level == 2:
-        m = _BUFFER_RE.search(text.decode("utf-8", "replace"))
+        line = text.decode("utf-8", "replace")
+        m = _BUFFER_RE.search(line)
         if m:
             rows.append((m.group(2), m.group(1), int(float(m.group(3)) * 2**20)))
+        elif m := _CLIP_RE.search(line):
+            rows.append(("model", "clip", int(float(m.group(1)) * 2**20)))
     if level >= _min_level[0] and (level != 5 or _min_level[0] <= 2):
         try:
             import sys
@@ -85,6 +90,9 @@ def ensure_backend(verbose: bool = False) -> None:
         _min_level[0] = 2 if verbose else 4
         if not _initialised:
             lib.llama_log_set(_log_cb, ctypes.c_void_p(0))
+            import llama_cpp.mtmd_cpp as mtmd
+
+            mtmd.mtmd_log_set(_log_cb, ctypes.c_void_p(0))  # the projector's log: filtered and recorded alike
             lib.llama_backend_init()
             _initialised = True
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..generation import AUTO  # also the context and GPU layers left to engine/models/fit.py
+
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}  # llama.cpp's ggml types for the KV cache
 MAX_SEQ = 64  # sequences one context holds (llama.cpp's limit is 256)
 # llama.cpp rounds every context up to a multiple of 256 and caps the batch at the size asked
@@ -16,12 +18,16 @@ MAX_CTX = 1 << 20
 
 @dataclass(frozen=True)
 class LoadOptions:
-    n_ctx: int = 4096
+    # the context in tokens, or AUTO: fit.AUTO_CTX (or 4096 per sequence, if more) where the
+    # memory plan fits, else less, never below 4096
+    n_ctx: int | str = 4096
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 0  # 0 = physical cores
-    target_gpu_layers: int = 0  # -1 = all
-    drafter_gpu_layers: int = 0
+    # layers on the GPU: a count, -1 for all, or AUTO: all where the memory plan fits, else fewer
+    # (0 on a machine without a GPU)
+    target_gpu_layers: int | str = AUTO
+    drafter_gpu_layers: int | str = AUTO
     flash_attn: bool = True
     kv_type: str = "f16"
     verbose: bool = False
@@ -37,8 +43,12 @@ class LoadOptions:
     def validate(self) -> None:
         """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
         cpus = os.cpu_count() or 1
-        if not MIN_CTX <= self.n_ctx <= MAX_CTX:
-            raise ValueError(f"context size must be between {MIN_CTX} and {MAX_CTX} tokens (got {self.n_ctx})")
+        if self.n_ctx != AUTO and not (_count(self.n_ctx) and MIN_CTX <= self.n_ctx <= MAX_CTX):
+            raise ValueError(f"context size must be {AUTO!r} or between {MIN_CTX} and {MAX_CTX} tokens "
+                             f"(got {self.n_ctx!r})")
+        for what, n in (("GPU layers", self.target_gpu_layers), ("drafter GPU layers", self.drafter_gpu_layers)):
+            if n != AUTO and not (_count(n) and n >= -1):
+                raise ValueError(f"{what} must be {AUTO!r}, -1 (all) or a count (got {n!r})")
         if not 0 <= self.n_threads <= cpus:
             raise ValueError(f"threads must be between 0 (automatic) and {cpus}, the CPUs of this "
                              f"machine (got {self.n_threads})")
@@ -51,3 +61,7 @@ class LoadOptions:
                              f"(got {self.cache_ram_mib})")
         if self.kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {', '.join(KV_TYPES)}")
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

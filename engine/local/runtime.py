@@ -12,25 +12,21 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..errors import EngineError, MTPUnavailableError
+from ..models.fit import Placement, place
 from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
+from ..models.hardware import free_memory, physical_cores
 from ..models.memory_plan import MemoryPlan, allocated_plan, outputs_max, plan_for_files
 from .llama import ensure_backend, ext, lib, recording_allocations
-from .options import KV_TYPES, MIN_CTX, LoadOptions
+from .options import AUTO, KV_TYPES, MIN_CTX, LoadOptions
 
 CTX_STEP = 256  # llama.cpp rounds every context up to a multiple of 256 (options.MIN_CTX)
-
-
-def physical_cores() -> int:
-    """Physical cores (threads beyond them slow llama.cpp down); logical CPUs if unknown."""
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 THREADS_ENV = "TANDEM_THREADS"
@@ -278,7 +274,9 @@ class Runtime:
     """Target (+ optional drafter) models and contexts. Free with close()."""
 
     def __init__(self, target_path, drafter_path=None, options: LoadOptions = LoadOptions(),
-                 progress: Callable[[str, float], bool] | None = None):
+                 progress: Callable[[str, float], bool] | None = None, projector_path=None):
+        """`projector_path`: the mmproj the engine attaches after loading (media.py), for the
+        memory plan and the placement."""
         options.validate()
         self.options = options
         self.target_info: GGUFInfo = read_gguf_info(target_path)
@@ -287,7 +285,18 @@ class Runtime:
         if drafter_path is not None:
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
+        self.projector_info = read_gguf_info(projector_path) if projector_path else None
         ensure_backend(options.verbose)
+        # what was left to us (AUTO), chosen from the memory plan; its note says what and why
+        self.placement: Placement | None = None
+        if AUTO in (options.n_ctx, options.target_gpu_layers, options.drafter_gpu_layers):
+            gpu_free, gpu_name, ram_free = free_memory()
+            self.placement = place(self.target_info, self.drafter_info, options.n_ctx, options.target_gpu_layers,
+                                   options.drafter_gpu_layers, options.n_seq, options.n_ubatch, gpu_free,
+                                   ram_free, gpu_name, self.projector_info)
+            p = self.placement
+            self.options = options = replace(options, n_ctx=p.n_ctx, target_gpu_layers=p.target_gpu_layers,
+                                             drafter_gpu_layers=p.drafter_gpu_layers)
 
         self.target_model = self.drafter_model = None
         self.target_ctx = self.drafter_ctx = None
@@ -296,7 +305,7 @@ class Runtime:
         self._progress_refs = []
         # what llama.cpp allocated for each model, by what (model, KV, compute, output) and
         # backend: the memory plan is checked against these (engine/models/memory_plan.py)
-        self.allocated: dict[str, list[tuple[str, str, int]]] = {"target": [], "drafter": []}
+        self.allocated: dict[str, list[tuple[str, str, int]]] = {"target": [], "drafter": [], "projector": []}
         try:
             with recording_allocations() as self.allocated["target"]:
                 self._load(progress)
@@ -385,8 +394,10 @@ class Runtime:
         """(planned, allocated): the memory plan of the loaded files at this context, and what
         llama.cpp said it allocated, part by part."""
         o = self.options
-        planned = plan_for_files(self.target_info, self.drafter_info, self.n_ctx, o.n_seq, self.n_ubatch)
-        return planned, allocated_plan(self.allocated["target"], self.allocated["drafter"], self.n_ctx)
+        planned = plan_for_files(self.target_info, self.drafter_info, self.n_ctx, o.n_seq, self.n_ubatch,
+                                 self.projector_info if self.allocated["projector"] else None)
+        return planned, allocated_plan(self.allocated["target"], self.allocated["drafter"], self.n_ctx,
+                                       self.allocated["projector"])
 
     def close(self) -> None:
         """Free in dependency order: the drafter holds raw pointers into the target's cache."""

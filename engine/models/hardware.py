@@ -19,6 +19,15 @@ class Device:
     total: int
 
 
+def physical_cores() -> int:
+    """Physical cores (threads beyond them slow llama.cpp down); logical CPUs if unknown."""
+    import os
+
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 def system_ram() -> tuple[int, int]:
     """(available, total) bytes of system memory, on every platform psutil supports."""
     import psutil
@@ -109,8 +118,6 @@ def cpu_bandwidth() -> float:
 
         import numpy as np
 
-        from ..local.runtime import physical_cores
-
         a = np.ones(64 * 2**20, np.float32)
         best = 0.0
         for _ in range(5):
@@ -139,6 +146,14 @@ class Machine:
     @property
     def budget(self) -> int:
         return self.gpu_budget if self.gpu_budget > 0 else self.ram_budget
+
+
+def free_memory() -> tuple[int, str, int]:
+    """(free bytes, name) of the GPU with the most free memory ((0, "") without one) and the
+    system memory available: what engine/models/fit.py places a pair in."""
+    gpus = [d for d in devices() if d.kind == "GPU"]
+    g = max(gpus, key=lambda d: d.free, default=None)
+    return (g.free, g.description or g.name, system_ram()[0]) if g else (0, "", system_ram()[0])
 
 
 def this_machine() -> Machine:

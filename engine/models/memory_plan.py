@@ -32,17 +32,20 @@ def outputs_max(n_seq: int) -> int:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes by part. `kv` holds the drafter's share too: it reads the target's cache."""
+    """Bytes by part. `kv` holds the drafter's share too: it reads the target's cache.
+    `projector`: the pictures' and sounds' encoder (mmproj) when one is loaded, its weights
+    (its compute buffer is sized by the first picture it reads and not planned)."""
 
     weights: int
     drafter: int
     kv: int
     compute: int
     n_ctx: int
+    projector: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.drafter + self.kv + self.compute
+        return self.weights + self.drafter + self.kv + self.compute + self.projector
 
     def describe(self) -> str:
         gb = 1e9
@@ -51,6 +54,8 @@ class MemoryPlan:
             parts.append(f"drafter {self.drafter / gb:.2f}")
         parts.append(f"KV cache {self.kv / gb:.2f} ({self.n_ctx:,} tokens)")
         parts.append(f"compute {self.compute / gb:.2f}")
+        if self.projector:
+            parts.append(f"projector {self.projector / gb:.2f}")
         return f"{self.total / gb:.2f} GB: " + ", ".join(parts)
 
 
@@ -83,9 +88,11 @@ def compute_bytes(shape: dict, n_ctx: int, n_ubatch: int = 512, n_seq: int = 1, 
     return target + (2 * n_seq * row if drafter else 0)
 
 
-def plan(shape: dict, weights: int, drafter: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512) -> MemoryPlan:
+def plan(shape: dict, weights: int, drafter: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512,
+         projector: int = 0) -> MemoryPlan:
     return MemoryPlan(weights=weights, drafter=drafter, kv=kv_cache_bytes(shape, n_ctx, n_ubatch, n_seq),
-                      compute=compute_bytes(shape, n_ctx, n_ubatch, n_seq, drafter > 0), n_ctx=n_ctx)
+                      compute=compute_bytes(shape, n_ctx, n_ubatch, n_seq, drafter > 0), n_ctx=n_ctx,
+                      projector=projector)
 
 
 def shape_of(info: GGUFInfo) -> dict:
@@ -100,20 +107,22 @@ def shape_of(info: GGUFInfo) -> dict:
 
 
 def plan_for_files(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx: int, n_seq: int = 1,
-                   n_ubatch: int = 512) -> MemoryPlan:
-    """The plan of a pair on disk: its tensors' bytes and its own shape."""
+                   n_ubatch: int = 512, projector: GGUFInfo | None = None) -> MemoryPlan:
+    """The plan of a pair (and its projector) on disk: their tensors' bytes and the target's shape."""
     return plan(shape_of(target), target.tensor_bytes, drafter.tensor_bytes if drafter else 0, n_ctx, n_seq,
-                n_ubatch)
+                n_ubatch, projector.tensor_bytes if projector else 0)
 
 
-def allocated_plan(target_rows: list, drafter_rows: list, n_ctx: int) -> MemoryPlan:
+def allocated_plan(target_rows: list, drafter_rows: list, n_ctx: int, projector_rows: list = ()) -> MemoryPlan:
     """What llama.cpp said it allocated (local/llama.py's recording_allocations), as a plan.
     A "_REPACK" model buffer (the CPU's repacked copy of some quantized tensors) is not counted:
     the mapped file holds those tensors too, and their pages are never read again, so the
-    system drops them first."""
+    system drops them first. The projector's vision and audio encoders each log the whole
+    file's weights, of which each loads its own: counted once."""
     def part(rows, *what):
         return sum(n for w, backend, n in rows if w in what and not backend.endswith("_REPACK"))
     return MemoryPlan(weights=part(target_rows, "model"), drafter=part(drafter_rows, "model"),
                       kv=part(target_rows, "KV") + part(drafter_rows, "KV"),
                       compute=part(target_rows, "compute", "output") + part(drafter_rows, "compute", "output"),
-                      n_ctx=n_ctx)
+                      n_ctx=n_ctx, projector=max((n for w, _, n in projector_rows if w == "model"), default=0)
+                      + part(projector_rows, "compute"))

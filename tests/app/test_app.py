@@ -240,6 +240,9 @@ def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
 
     dlg = SettingsDialog(win.settings, win)
     qtbot.addWidget(dlg)
+    # left to Tandem by default: the spins say "auto", and the value saved is "auto"
+    assert dlg.fields["n_ctx"].text() == "auto" and dlg.fields["target_gpu_layers"].text() == "auto"
+    assert dlg.values()["target_gpu_layers"] == "auto"
     dlg.fields["n_ctx"].setValue(2048)
     dlg.fields["temperature"].setValue(0.7)
     dlg.system.setPlainText("Be brief.")
@@ -251,6 +254,12 @@ def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
     win.load_models(saved["target"], saved["drafter"])
     qtbot.waitUntil(lambda: win.session.model_info is not None, timeout=TIMEOUT)
     assert win.session.model_info.n_ctx == 2048 and not win.session.model_info.has_mtp
+    # the GPU layers left to Tandem: chosen at load, and said where the user looks
+    from engine.local.llama import supports_gpu_offload
+
+    placement = win.session.model_info.placement
+    assert placement.startswith("Chose " + ("every layer" if supports_gpu_offload() else "the CPU")), placement
+    assert "context" not in placement and placement in win.picker.toolTip()
     assert win.session.history()[0] == {"role": "system", "content": "Be brief."}
 
 

@@ -40,6 +40,8 @@ def test_cli_bad_files_one_line_exit_2(target, drafter, exc, words, tiny, bad):
     ["frobnicate"],
     ["generate", "--ctx", "10", "--model", "{target}", "hello"],
     ["generate", "--threads", "-4", "--model", "{target}", "hello"],
+    ["generate", "--gpu-layers", "most", "--model", "{target}", "hello"],
+    ["generate", "--drafter-gpu-layers", "-2", "--model", "{target}", "hello"],
     ["generate", "--threads", "3000", "--model", "{target}", "hello"],
     ["generate", "--temperature", "nan", "--model", "{target}", "hello"],
     ["generate", "--repeat-penalty", "nan", "--model", "{target}", "hello"],

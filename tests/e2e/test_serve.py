@@ -175,6 +175,25 @@ def test_keys_and_addresses(tiny):
         s.stop()
 
 
+def test_the_context_and_gpu_layers_left_to_it_are_chosen_from_the_memory_plan_and_said(tiny):
+    from engine.local.llama import supports_gpu_offload
+
+    s = Serve(tiny, ctx=None, drafter=False)
+    try:
+        props = httpx.get(f"http://127.0.0.1:{s.port}/props", timeout=10).json()
+        assert props["default_generation_settings"]["n_ctx"] == 32768  # what fits of the wanted 32768
+    finally:
+        s.stop()
+    log = s.proc.stdout.read().decode(errors="replace")
+    line = next((x for x in log.splitlines() if x.startswith("Chose ")), log[-2000:])
+    assert "a context of 32,768 tokens" in line and line.endswith("(--ctx and --gpu-layers choose them yourself)")
+    assert ("layers on" if supports_gpu_offload() else "the CPU (no GPU that llama.cpp can use;") in line
+    # both given: nothing was chosen, nothing is said
+    s = Serve(tiny, "--gpu-layers", "0", "--drafter-gpu-layers", "all", drafter=False)
+    s.stop()
+    assert "Chose " not in s.proc.stdout.read().decode(errors="replace")
+
+
 def test_tandems_remote_backend_talks_to_tandem_serve(server):
     b = RemoteBackend(server.url)
     try:

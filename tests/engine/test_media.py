@@ -34,6 +34,14 @@ def ask(text, *images):
     return [{"role": "user", "content": text, "media": [load_media(i, f"img{n}.png") for n, i in enumerate(images)]}]
 
 
+def test_the_memory_plan_counts_the_projector_as_clip_loads_it(vision):
+    planned, allocated = vision.memory
+    assert allocated.projector > 0  # clip's log, routed through Tandem's
+    # clip logs MiB to two decimals
+    assert abs(planned.projector - allocated.projector) <= 0.1 * allocated.projector + 2**20 / 100
+    assert "projector" in planned.describe()
+
+
 @pytest.mark.parametrize("k", [3, "auto"])
 def test_mtp_after_an_image_equals_baseline(vision, k):
     prompt = vision.format_chat(ask("What is in this picture?", png()))

@@ -130,7 +130,7 @@ def test_machine_facts_come_from_psutil():
     import psutil
 
     from engine.models.hardware import system_ram
-    from engine.local.runtime import physical_cores
+    from engine.models.hardware import physical_cores
 
     avail, total = system_ram()
     assert 0 < avail <= total and abs(total - psutil.virtual_memory().total) < 2**20
@@ -141,7 +141,8 @@ def test_tandem_threads_sets_what_automatic_means(monkeypatch):
     import os
 
     from engine.errors import EngineError
-    from engine.local.runtime import THREADS_ENV, automatic_threads, physical_cores
+    from engine.local.runtime import THREADS_ENV, automatic_threads
+    from engine.models.hardware import physical_cores
 
     monkeypatch.delenv(THREADS_ENV, raising=False)
     assert automatic_threads() == physical_cores()

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.core.settings import Settings
+from engine.generation import AUTO
 
 RELOAD_KEYS = ("target", "drafter", "target_gpu_layers", "drafter_gpu_layers", "n_ctx", "threads")
 
@@ -35,41 +36,7 @@ class SettingsDialog(QDialog):
         self.drafter, row = path_row("drafter", "MTP drafter (GGUF)")
         form.addRow("MTP drafter", row)
 
-        def spin(key, lo, hi, tip=""):
-            w = QSpinBox()
-            w.setRange(lo, hi)
-            w.setValue(int(settings[key]))
-            w.setToolTip(tip)
-            return w
-
-        def dspin(key, lo, hi, step, decimals=2):
-            w = QDoubleSpinBox()
-            w.setRange(lo, hi)
-            w.setSingleStep(step)
-            w.setDecimals(decimals)
-            w.setValue(float(settings[key]))
-            return w
-
-        self.fields = {
-            "target_gpu_layers": spin("target_gpu_layers", -1, 999, "Model layers on the GPU (-1 = all)"),
-            "drafter_gpu_layers": spin("drafter_gpu_layers", -1, 999, "Drafter layers on the GPU (-1 = all)"),
-            "n_ctx": spin("n_ctx", 256, 262144, "Context size in tokens"),
-            "threads": spin("threads", 0, os.cpu_count() or 1, "CPU threads (0 = physical cores)"),
-            "temperature": dspin("temperature", 0.0, 2.0, 0.05),
-            "top_k": spin("top_k", 0, 1000, "0 = off"),
-            "top_p": dspin("top_p", 0.01, 1.0, 0.01),
-            "min_p": dspin("min_p", 0.0, 0.99, 0.01),
-            "repeat_penalty": dspin("repeat_penalty", 0.5, 2.0, 0.01),
-            "max_tokens": spin("max_tokens", 1, 131072, "Longest reply in tokens"),
-            "tool_timeout_s": spin("tool_timeout_s", 1, 3600, "How long an allowed tool call may run before it is "
-                                                              "given up (the model is told)"),
-        }
-        labels = {"target_gpu_layers": "GPU layers (model)", "drafter_gpu_layers": "GPU layers (drafter)",
-                  "n_ctx": "Context size", "threads": "Threads", "temperature": "Temperature (0 = greedy)",
-                  "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "repeat_penalty": "Repetition penalty",
-                  "max_tokens": "Max reply tokens", "tool_timeout_s": "Tool time limit (s)"}
-        for key, w in self.fields.items():
-            form.addRow(labels[key], w)
+        self._add_numbers(form, settings)
         self.system = QPlainTextEdit(settings["system_prompt"])
         self.system.setFixedHeight(70)
         form.addRow("System prompt", self.system)
@@ -95,6 +62,45 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _add_numbers(self, form: QFormLayout, settings: Settings) -> None:
+        """The spin boxes of `self.fields`, one row each."""
+        def spin(key, lo, hi, tip="", auto=False):
+            if auto:
+                self._auto.add(key)
+            return _spin(settings[key], lo, hi, tip, auto)
+
+        def dspin(key, lo, hi, step):
+            w = QDoubleSpinBox()
+            w.setRange(lo, hi)
+            w.setSingleStep(step)
+            w.setValue(float(settings[key]))
+            return w
+
+        self._auto: set[str] = set()  # the spins whose least value is "auto"
+        chosen = " (auto: chosen from the memory this machine has free, each time a model loads)"
+        self.fields = {
+            "target_gpu_layers": spin("target_gpu_layers", -1, 999, "Model layers on the GPU (-1 = all)" + chosen,
+                                      auto=True),
+            "drafter_gpu_layers": spin("drafter_gpu_layers", -1, 999, "Drafter layers on the GPU (-1 = all)"
+                                       + chosen, auto=True),
+            "n_ctx": spin("n_ctx", 256, 262144, "Context size in tokens" + chosen, auto=True),
+            "threads": spin("threads", 0, os.cpu_count() or 1, "CPU threads (0 = physical cores)"),
+            "temperature": dspin("temperature", 0.0, 2.0, 0.05),
+            "top_k": spin("top_k", 0, 1000, "0 = off"),
+            "top_p": dspin("top_p", 0.01, 1.0, 0.01),
+            "min_p": dspin("min_p", 0.0, 0.99, 0.01),
+            "repeat_penalty": dspin("repeat_penalty", 0.5, 2.0, 0.01),
+            "max_tokens": spin("max_tokens", 1, 131072, "Longest reply in tokens"),
+            "tool_timeout_s": spin("tool_timeout_s", 1, 3600, "How long an allowed tool call may run before it is "
+                                                              "given up (the model is told)"),
+        }
+        labels = {"target_gpu_layers": "GPU layers (model)", "drafter_gpu_layers": "GPU layers (drafter)",
+                  "n_ctx": "Context size", "threads": "Threads", "temperature": "Temperature (0 = greedy)",
+                  "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "repeat_penalty": "Repetition penalty",
+                  "max_tokens": "Max reply tokens", "tool_timeout_s": "Tool time limit (s)"}
+        for key, w in self.fields.items():
+            form.addRow(labels[key], w)
 
     def _connections(self) -> None:
         from .connections import ConnectionsDialog
@@ -133,7 +139,7 @@ class SettingsDialog(QDialog):
              "drafter": os.path.expanduser(self.drafter.text().strip()),
              "system_prompt": self.system.toPlainText(), "theme": self.theme.currentText()}
         for key, w in self.fields.items():
-            v[key] = w.value()
+            v[key] = AUTO if key in self._auto and w.value() == w.minimum() else w.value()
         return v
 
     def apply(self) -> tuple[bool, bool]:
@@ -144,3 +150,14 @@ class SettingsDialog(QDialog):
         self.settings.update(new)
         self.settings.save()
         return reload, theme
+
+
+def _spin(value, lo: int, hi: int, tip: str, auto: bool) -> QSpinBox:
+    """`auto`: one step below `lo` reads "auto" (the value AUTO: chosen at each load)."""
+    w = QSpinBox()
+    w.setRange(lo - 1 if auto else lo, hi)
+    if auto:
+        w.setSpecialValueText("auto")
+    w.setValue(w.minimum() if value == AUTO else int(value))
+    w.setToolTip(tip)
+    return w
