@@ -270,7 +270,8 @@ REMOTE = [
     ".venv/bin/tandem bench --server http://gpu-box:8080/v1 --baseline-server http://gpu-box:8081/v1",
 ]
 LOAD = ".venv/bin/tandem bench --server http://127.0.0.1:8080/v1 --concurrency 1 2 4 8"
-LOAD_SCRIPT = ".venv/bin/python scripts/bench_concurrency.py -m T.gguf -d D.gguf [--levels 1 2 4 8] [--max-tokens 64]"
+LOAD_SCRIPT = (".venv/bin/python scripts/bench_concurrency.py -m 26b-a4b-target.gguf -d 26b-a4b-drafter-a1.gguf "
+               "--levels 1 4 8 --fixed 1 2 3 --threads 2 --rounds 3 --json docs/figures/concurrency_26b_a4b.json")
 RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT}
 IN_PROSE = {LOAD}  # run too, though the README names it in its text (as URL), not in a block
 
@@ -319,15 +320,24 @@ def test_serve_section_and_clients_of_it(place):
 def test_load_benchmark_script(place, tiny, llama_server_bin):
     """The README's side-by-side load benchmark, on the tiny pair: tandem serve and llama-server,
     drafting on and off, each level's replies checked against the prompt's reply alone."""
-    args = shlex.split(concrete(LOAD_SCRIPT, **{"T.gguf": str(tiny["target"]), "D.gguf": str(tiny[1.0])}))
+    out = place["work"] / "concurrency.json"
+    args = shlex.split(concrete(LOAD_SCRIPT, **{"26b-a4b-target.gguf": str(tiny["target"]),
+                                                "26b-a4b-drafter-a1.gguf": str(tiny[1.0]),
+                                                "docs/figures/concurrency_26b_a4b.json": str(out)}))
     assert args[:2] == [".venv/bin/python", "scripts/bench_concurrency.py"]
+    # shorter here: two levels, one round, 8 tokens (the later options win)
     r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--levels", "1", "2", "--max-tokens", "8",
-                        "--llama-server", llama_server_bin, "--ctx", "2048"], cwd=place["work"], env=place["env"],
-                       capture_output=True, text=True, timeout=600)
+                        "--rounds", "1", "--llama-server", llama_server_bin, "--ctx", "2048"], cwd=place["work"],
+                       env=place["env"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith(("Tandem serve", "llama-server"))]
-    assert len(rows) == 8, r.stdout
+    assert len(rows) == 14, r.stdout  # auto, k=1..3 and no drafter; llama-server's two; at 2 levels
     assert all(line.split()[-1] in ("1/1", "2/2") for line in rows), r.stdout  # as alone
+    sys.path.insert(0, str(ROOT))
+    from scripts.bench_concurrency import markdown
+
+    table = markdown(json.loads(out.read_text("utf-8")))  # the file the README's table comes from
+    assert table.count("\n") == 8 and "| Tandem serve, MTP k=3 |" in table
 
 
 def python_block(section: str) -> str:

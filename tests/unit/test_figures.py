@@ -23,3 +23,15 @@ def test_the_agent_session_tables_are_the_benchmark_files(name):
     readme = (ROOT / "README.md").read_text("utf-8")
     assert markdown(data) in readme
     assert f"commit {data['commit']}, {data['date']}" in readme
+
+
+@pytest.mark.parametrize("name", ["concurrency_26b_a4b.json"])
+def test_the_several_clients_tables_are_the_benchmark_files(name):
+    sys.path.insert(0, str(ROOT))
+    from scripts.bench_concurrency import markdown
+
+    data = json.loads((ROOT / "docs" / "figures" / name).read_text("utf-8"))
+    assert data["command"].startswith("scripts/bench_concurrency.py") and data["commit"] and data["date"]
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert markdown(data) in readme
+    assert f"commit {data['commit']}, {data['date']}" in readme
