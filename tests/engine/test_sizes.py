@@ -3,40 +3,29 @@ E4B with its KV-sharing layers, per-layer embeddings and double-wide MLPs; 12B a
 and 16 KV heads and a 1024-token window over 48 and 60 layers; 26B-A4B's 128 experts, 8 per
 token. Each on the engine's real path: MTP (fixed and auto draft lengths) and lookup drafting
 give the baseline's greedy output, four sequences decoding together give what each gets alone,
-a grammar holds under drafting, and the prompt cache reuses a conversation that parts from a
+sampling under drafting keeps the target's distribution, a grammar holds under drafting, and
+the prompt cache reuses a conversation that parts from a
 cached one beyond the window (its checkpoints). Slow lane: each pair is written once per
 machine (30-60 s) and decodes at 15-40 tokens a second on 2 cores."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from engine.local.engine import Engine, GenerationConfig
 from engine.local.runtime import LoadOptions
 
-from ..support.once import once
+from ..support.shaped import SIZES, shaped_pair
 from .test_batching import run_together, same_or_near_tie
 
 pytestmark = pytest.mark.slow
 OPTS = LoadOptions(n_ctx=4096, n_batch=128, n_ubatch=128, n_threads=2, cache_disk_mib=0)
-SIZES = ["e4b", "12b", "26b-a4b", "31b"]
 WINDOW_SIZES = {"e4b", "26b-a4b"}  # a 512 window with KV-sharing layers; a 1024 one
 ASKS = ["Write a Python function that reverses a list.", "What is the capital of France?",
         "Explain speculative decoding in one sentence.", "List three prime numbers."]
-
-
-def _writer_key() -> str:
-    """The test models' code: a pair written by other code is written again."""
-    src = Path(__file__).resolve().parents[2] / "engine" / "testmodels"
-    h = hashlib.sha256()
-    for f in sorted(src.glob("*.py")):
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
 
 
 @pytest.fixture(scope="module", params=SIZES)
@@ -44,14 +33,8 @@ def shaped(request):
     """(size, engine) of a shaped pair at full agreement: four sequences, 4096 cells, micro-batches
     of 128 (the sliding-window layers keep window + 128 cells), both cores (these graphs are
     large enough that the conftest's one thread per engine would only slow them)."""
-    from engine.testmodels import make_test_models
-
     size = request.param
-    where = Path.home() / ".cache" / "tandem" / "shaped" / f"{size}-{_writer_key()}"
-    with once(f"shaped-{size}"):  # one worker writes it, the others find it written
-        target, drafter = where / f"{size}-target.gguf", where / f"{size}-drafter-a1.gguf"
-        if not (target.exists() and drafter.exists()):
-            target, drafter = make_test_models(where, size, 1.0)
+    target, drafter = shaped_pair(size)
     engine = Engine.load(target, drafter, replace(OPTS, n_seq=4))
     engine.paths = (target, drafter)
     yield size, engine
@@ -73,6 +56,32 @@ def test_drafting_gives_the_baselines_greedy_output(shaped):
         assert same_or_near_tie(e, p, r.tokens, base) == "identical", (size, spec)
         if spec != "lookup":
             assert r.stats.draft_tokens > 0 and r.stats.accepted_tokens > 0, (size, spec)
+
+
+def test_sampling_under_drafting_keeps_the_targets_distribution(shaped):
+    """The drafted positions (the second and third token) of 250 seeded samples with MTP and
+    without are one distribution by a chi-square test (test_sampling.py: its power, on the
+    tiny pair with thousands)."""
+    from collections import Counter
+
+    from engine.sampling import SamplingParams
+
+    from ..support.stats import chi2_pvalue
+
+    size, e = shaped
+    p = chat(e, ASKS[2])
+    sp = SamplingParams(temperature=3.0, top_k=4, top_p=1.0)
+    arms = {}
+    for spec in ("none", "mtp"):
+        e.reset()
+        runs = [e.run(p, GenerationConfig(max_tokens=3, spec=spec, draft_max=2, sampling=sp, seed=seed))
+                for seed in range(250)]
+        arms[spec] = [tuple(r.tokens) for r in runs]
+        if spec == "mtp":
+            assert all(r.stats.draft_tokens > 0 for r in runs), size  # each drafted
+    for pos in (1, 2):
+        pv = chi2_pvalue(Counter(t[pos] for t in arms["none"]), Counter(t[pos] for t in arms["mtp"]))
+        assert pv > 1e-3, (size, pos, pv)
 
 
 def test_four_sequences_together_give_what_each_gets_alone(shaped):

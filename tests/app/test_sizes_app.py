@@ -1,0 +1,27 @@
+"""The window on every size's shaped pair (tests/support/shaped.py): it loads with the context
+and GPU layers chosen from the memory plan and says so, and Compare gives identical output from
+baseline and MTP. Slow lane."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..support.shaped import SIZES, shaped_pair
+from ..support.window import compare, make_window
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_each_size_loads_in_the_window_and_compares_identically(qtbot, tmp_path, size):
+    target, drafter = shaped_pair(size)
+    w = make_window(qtbot, tmp_path, target, drafter, max_tokens=16, threads=2)
+    try:
+        info = w.session.model_info
+        assert info.has_mtp and info.n_ctx == 32768 and info.placement.startswith("Chose ")
+        page = compare(qtbot, w, "Write a Python function that reverses a list.")
+        assert page.base.result.answer == page.mtp.result.answer != ""
+        assert "identical output" in page.verdict.text()
+        assert page.mtp.result.stats["draft_tokens"] > 0
+    finally:
+        w.close()

@@ -1,0 +1,34 @@
+"""The shaped test pairs of every Gemma 4 size (`tandem make-test-models --size`,
+engine/testmodels/writer.py), written once per machine into ~/.cache/tandem/shaped and again
+whenever the writer's code changes; the engine's, the server's and the window's size tests
+share them."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .once import once
+
+SIZES = ["e4b", "12b", "26b-a4b", "31b"]
+
+
+def _writer_key() -> str:
+    """The test models' code: a pair written by other code is written again."""
+    src = Path(__file__).resolve().parents[2] / "engine" / "testmodels"
+    h = hashlib.sha256()
+    for f in sorted(src.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def shaped_pair(size: str) -> tuple[Path, Path]:
+    """(target, drafter at full agreement) of `size`, written if not yet (30-60 s)."""
+    from engine.testmodels import make_test_models
+
+    where = Path.home() / ".cache" / "tandem" / "shaped" / f"{size}-{_writer_key()}"
+    with once(f"shaped-{size}"):  # one worker writes it, the others find it written
+        target, drafter = where / f"{size}-target.gguf", where / f"{size}-drafter-a1.gguf"
+        if not (target.exists() and drafter.exists()):
+            target, drafter = make_test_models(where, size, 1.0)
+    return target, drafter
