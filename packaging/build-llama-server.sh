@@ -6,6 +6,7 @@
 #   bash packaging/build-llama-server.sh            # CPU build
 #   CMAKE_ARGS="-DGGML_CUDA=on" bash packaging/build-llama-server.sh
 #   bash packaging/build-llama-server.sh llama-speculative-simple
+#   LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz bash packaging/build-llama-server.sh   # offline
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_VERSION=0.3.36
@@ -27,7 +28,11 @@ if [ -x "$out/$TARGET" ]; then echo "$out/$TARGET"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "Building $TARGET $LLAMA_VERSION for this machine (a few minutes, once)..." >&2
-"$PY" -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$LLAMA_VERSION" >&2
+if [ -n "${LLAMA_SDIST:-}" ]; then  # the pinned sdist already on disk (a machine without network)
+  cp "$LLAMA_SDIST" "$work/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+else
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$LLAMA_VERSION" >&2
+fi
 tar -xzf "$work"/llama_cpp_python-"$LLAMA_VERSION".tar.gz -C "$work"
 src="$work/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 # no web UI (nothing is fetched during the build), no HTTPS, static: one file to cache

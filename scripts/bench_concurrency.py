@@ -90,7 +90,9 @@ def write_json(path: str, args, rows: dict) -> None:
         "model": Path(args.model).name, "drafter": Path(args.drafter).name, "max_tokens": args.max_tokens,
         "rounds": args.rounds, "levels": args.levels,
         "rows": {name: [{"clients": r.clients, "tps": round(r.tps, 1), "slowest_s": round(r.slowest_s, 2),
-                         "errors": r.errors, "same": r.same} for r in results] for name, results in rows.items()},
+                         "errors": r.errors, "same": r.same,
+                         "acceptance": None if r.acceptance is None else round(r.acceptance, 3)}
+                        for r in results] for name, results in rows.items()},
     }, indent=1), "utf-8")
 
 

@@ -19,4 +19,13 @@ def provenance(script: str) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     return {"command": " ".join([script] + sys.argv[1:]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs" + _gpu()}
+
+
+def _gpu() -> str:
+    """", NAME" of the GPU llama.cpp would use, where this build sees one."""
+    sys.path.insert(0, str(ROOT))
+    from engine.models.hardware import free_memory
+
+    free, name, _ = free_memory()
+    return f", {name}" if free else ""

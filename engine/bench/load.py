@@ -31,10 +31,18 @@ class LoadResult:
     errors: int = 0
     texts: list = field(default_factory=list)  # each client's reply
     same: int | None = None  # of them, how many equal the prompt's reply alone (set by `compare_alone`)
+    # drafted and accepted tokens, from the replies' llama-server-style `timings` (tandem serve's
+    # and llama-server's last streamed chunk); 0 where a server says none
+    drafted: int = 0
+    accepted: int = 0
 
     @property
     def tps(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
 
 def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | None = None,
@@ -48,6 +56,7 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
         model = client.models.list().data[0].id
     start = threading.Barrier(clients + 1)
     tokens, times, errors, texts = [0] * clients, [0.0] * clients, [0], [""] * clients
+    drafts = [(0, 0)] * clients
 
     def one(i: int) -> None:
         start.wait()
@@ -63,6 +72,9 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
                     parts.append(chunk.choices[0].delta.content)
                 if chunk.usage is not None:
                     tokens[i] = chunk.usage.completion_tokens
+                t = (chunk.model_extra or {}).get("timings")
+                if isinstance(t, dict):
+                    drafts[i] = (int(t.get("draft_n") or 0), int(t.get("draft_n_accepted") or 0))
             texts[i] = "".join(parts)
         except openai.OpenAIError:
             errors[0] += 1
@@ -75,7 +87,8 @@ def run_load(base_url: str, clients: int, max_tokens: int = 64, api_key: str | N
     t0 = time.perf_counter()
     for t in threads:
         t.join()
-    return LoadResult(clients, sum(tokens), time.perf_counter() - t0, max(times), errors[0], texts)
+    return LoadResult(clients, sum(tokens), time.perf_counter() - t0, max(times), errors[0], texts,
+                      drafted=sum(d for d, _ in drafts), accepted=sum(a for _, a in drafts))
 
 
 def compare_alone(results: list[LoadResult], alone: list[str]) -> None:

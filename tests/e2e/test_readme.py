@@ -272,7 +272,9 @@ REMOTE = [
 LOAD = ".venv/bin/tandem bench --server http://127.0.0.1:8080/v1 --concurrency 1 2 4 8"
 LOAD_SCRIPT = (".venv/bin/python scripts/bench_concurrency.py -m 26b-a4b-target.gguf -d 26b-a4b-drafter-a1.gguf "
                "--levels 1 4 8 --fixed 1 2 3 --threads 2 --rounds 3 --json docs/figures/concurrency_26b_a4b.json")
-RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT}
+GPU_BENCH = 'LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--out gpu-bench]'
+GPU_BENCH_CPU = 'bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]'
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU}
 IN_PROSE = {LOAD}  # run too, though the README names it in its text (as URL), not in a block
 
 
@@ -338,6 +340,26 @@ def test_load_benchmark_script(place, tiny, llama_server_bin):
 
     table = markdown(json.loads(out.read_text("utf-8")))  # the file the README's table comes from
     assert table.count("\n") == 8 and "| Tandem serve, MTP k=3 |" in table
+
+
+def test_gpu_benchmark_script(place, llama_server_bin, tmp_path):
+    """The GPU script as the README runs it, on the CPU (--cpu) with the tiny pair: it writes the
+    pair, measures both servers and prints one table. The GPU line itself is checked for what
+    this machine can check: without a GPU build and no wheel to install, it says so in one line."""
+    env = {**place["env"], "LLAMA_SERVER": llama_server_bin}
+    line = concrete(GPU_BENCH_CPU, **{'"e4b 26b-a4b"': "tiny"}) + f" --tokens 8 --levels '1 2' --out {tmp_path / 'cpu'}"
+    r = subprocess.run(line, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [x for x in r.stdout.splitlines() if x.startswith("| tiny |")]
+    assert len(rows) == 2 and all(len(x.split("|")) == 11 for x in rows), r.stdout
+    assert (tmp_path / "cpu" / "tiny.json").exists() and (tmp_path / "cpu" / "table.md").read_text() in r.stdout
+    if "GPU offload: no" in subprocess.run([str(ROOT / ".venv" / "bin" / "tandem"), "--version"],
+                                           capture_output=True, text=True).stdout:
+        gpu = concrete(GPU_BENCH, **{"llama_cpp_python-0.3.36.tar.gz": str(tmp_path / "none.tar.gz"),
+                                     "gpu-bench": str(tmp_path / "gpu")})
+        r = subprocess.run(gpu.replace("LLAMA_SDIST=" + str(tmp_path / "none.tar.gz"), "LLAMA_SDIST="), shell=True,
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and "give LLAMA_WHEEL (a CUDA build) or LLAMA_SDIST" in r.stderr, r.stderr
 
 
 def python_block(section: str) -> str:
