@@ -7,16 +7,18 @@
 # llama-server and gives the test pairs Gemma 4's real vocabulary).
 #
 #   LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz [LLAMA_WHEEL=llama_cpp_python-…-cuda.whl] \
-#     bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--tokens 64] [--levels "1 4 8"] [--out DIR]
+#     bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--tokens 64] [--levels "1 4 8"] [--rounds 1]
+#     [--out DIR] [--models DIR]
 #   bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]   # the same on the CPU (tests run it)
 #
 # The pairs are the writer's shapes (engine/testmodels/writer.py: every size's layers, window,
 # heads and experts, narrower than the real models); LLAMA_SERVER names a llama-server binary
 # to use instead of building one. Prints the table and writes it, with each size's figures
-# file (scripts/bench_concurrency.py --json), into --out.
+# file (scripts/bench_concurrency.py --json), into --out; the pairs go to --models (default
+# OUT/models), one folder per size, and are written only where missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cpu=0 sizes="" tokens=64 levels="1 4 8" out="gpu-bench" rounds=1
+cpu=0 sizes="" tokens=64 levels="1 4 8" out="gpu-bench" rounds=1 models=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) cpu=1 ;;
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
     --levels) levels="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --out) out="$2"; shift ;;
+    --models) models="$2"; shift ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "gpu_bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -63,7 +66,7 @@ fi
 server=${LLAMA_SERVER:-$(bash packaging/build-llama-server.sh | tail -n 1)}
 "$TANDEM" --version
 for size in $sizes; do
-  dir="$out/models/$size"
+  dir="${models:-$out/models}/$size"
   target="$dir/$size-target.gguf" drafter="$dir/$size-drafter-a1.gguf"
   [ -f "$target" ] && [ -f "$drafter" ] || "$TANDEM" make-test-models --size "$size" --agreement 1 "$dir" >&2
   echo "== $size" >&2
