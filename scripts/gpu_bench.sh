@@ -8,7 +8,7 @@
 #
 #   LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz [LLAMA_WHEEL=llama_cpp_python-…-cuda.whl] \
 #     bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--tokens 64] [--levels "1 4 8"] [--rounds 1]
-#     [--out DIR] [--models DIR]
+#     [--out DIR] [--models DIR] [--ctx 8192]   # each server's context, shared by its 8 sequences
 #   bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]   # the same on the CPU (tests run it)
 #
 # The pairs are the writer's shapes (engine/testmodels/writer.py: every size's layers, window,
@@ -18,7 +18,7 @@
 # OUT/models), one folder per size, and are written only where missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cpu=0 sizes="" tokens=64 levels="1 4 8" out="gpu-bench" rounds=1 models=""
+cpu=0 sizes="" tokens=64 levels="1 4 8" out="gpu-bench" rounds=1 models="" ctx=8192
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) cpu=1 ;;
@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift ;;
     --out) out="$2"; shift ;;
     --models) models="$2"; shift ;;
+    --ctx) ctx="$2"; shift ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "gpu_bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -72,7 +73,7 @@ for size in $sizes; do
   echo "== $size" >&2
   # shellcheck disable=SC2086
   "$PY" scripts/bench_concurrency.py -m "$target" -d "$drafter" --levels $levels --max-tokens "$tokens" \
-    --rounds "$rounds" --gpu-layers "$layers" --drafter-gpu-layers "$layers" --llama-server "$server" \
+    --rounds "$rounds" --ctx "$ctx" --gpu-layers "$layers" --drafter-gpu-layers "$layers" --llama-server "$server" \
     --json "$out/$size.json" >&2
 done
 # shellcheck disable=SC2046
