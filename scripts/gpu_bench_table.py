@@ -32,9 +32,9 @@ def table(files: list[dict]) -> str:
                      "-" if acc is None else f"{acc:.0%}", "-" if lm is None else f"{lm:.1f}",
                      "-" if lp is None else f"{lp:.1f}", "-" if not lm else f"{mtp['tps'] / lm:.2f}x"]
             lines.append("| " + " | ".join(cells) + " |")
-    first = files[0] if files else {}
-    lines.append(f"\n{first.get('machine', '')}; commit {first.get('commit', '')}, {first.get('date', '')}; "
-                 f"{first.get('max_tokens', '')} greedy tokens per client")
+    runs = dict.fromkeys(f"{d['machine']}; commit {d['commit']}, {d['date']}; {d['max_tokens']} greedy tokens per "
+                         f"client" for d in files)  # each size's run, in order, each once
+    lines.append("\n" + " · ".join(runs))
     return "\n".join(lines)
 
 

@@ -35,3 +35,15 @@ def test_the_several_clients_tables_are_the_benchmark_files(name):
     readme = (ROOT / "README.md").read_text("utf-8")
     assert markdown(data) in readme
     assert f"commit {data['commit']}, {data['date']}" in readme
+
+
+def test_the_every_size_table_is_the_benchmark_files():
+    sys.path.insert(0, str(ROOT))
+    from scripts.gpu_bench_table import table
+
+    files = [json.loads((ROOT / "docs" / "figures" / "sizes-cpu" / f"{s}.json").read_text("utf-8"))
+             for s in ("e4b", "12b", "26b-a4b", "31b")]
+    assert all(d["command"].startswith("scripts/bench_concurrency.py") and d["commit"] for d in files)
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert table(files) in readme
+    assert (ROOT / "docs" / "figures" / "sizes-cpu" / "table.md").read_text("utf-8").strip() == table(files)
