@@ -15,7 +15,8 @@
 # heads and experts, narrower than the real models); LLAMA_SERVER names a llama-server binary
 # to use instead of building one. Prints the table and writes it, with each size's figures
 # file (scripts/bench_concurrency.py --json), into --out; the pairs go to --models (default
-# OUT/models), one folder per size, and are written only where missing.
+# OUT/models), one folder per size, and are written only where missing. On a GPU machine whose
+# llama-cpp-python has no GPU offload, the CUDA wheel is installed into the venv in its place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cpu=0 sizes="" tokens=64 levels="1 4 8" out="gpu-bench" rounds=1 models="" ctx=8192
@@ -37,6 +38,10 @@ done
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || { echo "gpu_bench.sh: no $PY: run bash packaging/install.sh --dev first (or set PYTHON)" >&2; exit 2; }
 TANDEM="$(dirname "$PY")/tandem"
+if [ "$cpu" = 0 ] && [ -z "${LLAMA_WHEEL:-}${LLAMA_SDIST:-}" ] && ! "$TANDEM" --version | grep -q "GPU offload: yes"; then
+  echo "gpu_bench.sh: this llama-cpp-python has no GPU offload: give LLAMA_WHEEL (a CUDA build) or LLAMA_SDIST (the pinned sdist, to build one), or run with --cpu" >&2
+  exit 1
+fi
 mkdir -p "$out"
 if [ -n "${LLAMA_SDIST:-}" ]; then  # the test pairs' real vocabulary comes from it too, offline
   mkdir -p "$out/llama-src"
@@ -53,7 +58,6 @@ else
     if [ -n "${LLAMA_WHEEL:-}" ]; then
       wheel="$LLAMA_WHEEL"
     else
-      : "${LLAMA_SDIST:?gpu_bench.sh: this llama-cpp-python has no GPU offload: give LLAMA_WHEEL (a CUDA build) or LLAMA_SDIST}"
       echo "Building llama-cpp-python with CUDA from $LLAMA_SDIST (minutes)..." >&2
       # no build isolation: the build tools (scikit-build-core, cmake) come from the venv, offline
       CMAKE_ARGS="-DGGML_CUDA=on" "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$out/wheel" "$LLAMA_SDIST"

@@ -144,7 +144,7 @@ class EngineWorker(QObject):
             n_ctx=e.n_ctx, has_mtp=e.has_mtp, mtp_reason=e.mtp_reason, sources=e.spec_sources,
             vision=bool(p and p.vision), audio=bool(p and p.audio), mmproj=str(p.info.path) if p else "",
             media_note=media_note, tools=bool(e.template is not None and e.template.supports_tools),
-            placement=e.placement.note if e.placement else "")
+            placement=e.placement.note)
 
     @staticmethod
     def _load_pair(req: LoadRequest, opts, progress):

@@ -92,7 +92,8 @@ def model_label(info) -> tuple[str, str]:
         return info.engine, f"{r.model} on {info.engine} at {r.server}. Switch with one click"
     d = f" + {info.drafter_name}" if info.drafter_name else " (no MTP drafter: it drafts by lookup)"
     # the entry already says "(no drafter)": the status says what drafts instead
-    placed = f"\n{info.placement} (Settings to choose them yourself)" if info.placement else ""
+    hint = " (Settings to choose yourself)" if info.placement.startswith("Chose") else ""
+    placed = f"\n{info.placement}{hint}" if info.placement else ""
     return ("" if info.drafter_name else "lookup drafting",
             f"{info.target_name}{d}. Switch with one click; Models… to add or remove{placed}")
 

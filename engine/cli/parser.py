@@ -52,7 +52,7 @@ def _layers(s):
     try:
         v = int(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto', 'all' or a number of layers, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"must be 'auto', 'all', -1 or a count >= 0, got {s!r}") from None
     if v < -1:
         raise argparse.ArgumentTypeError(f"must be 'auto', 'all', -1 or a count >= 0, got {s}")
     return v
@@ -91,9 +91,9 @@ def _add_load_args(p, remote: bool = True):
         p.set_defaults(server=None)
     p.add_argument("--drafter", "-d", help="gemma-4 assistant (MTP drafter) GGUF")
     p.add_argument("--ctx", type=_positive(), default=None,
-                   help="context size in tokens (default 4096; tandem serve: 32768, or 4096 for each --parallel "
-                        "request if more, for coding agents' long prompts, less where memory is short; the "
-                        "requests decoding together share it)")
+                   help="context size in tokens, at most the model's trained length (default: 4096 for each "
+                        "sequence; tandem serve: 32768, or 4096 for each --parallel request if more, less where "
+                        "memory is short but never below 4096, shared by the requests decoding together)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--gpu-layers", type=_layers, default=AUTO,
                    help="target layers on the GPU: a count, 'all' (or -1), or 'auto' (default: every layer "

@@ -3,6 +3,7 @@ the addresses and the port before loading anything."""
 
 from __future__ import annotations
 
+from ..generation import AUTO
 from .loading import load
 
 def cmd_serve(args) -> int:
@@ -20,8 +21,12 @@ def cmd_serve(args) -> int:
         name, *aliases = args.name or [Path(args.model).stem]
         where = " and ".join(f"http://{f'[{h}]' if ':' in h else h}:{args.port}/v1" for h in hosts)
         planned, allocated = engine.memory
-        if engine.placement is not None and engine.placement.note:
-            print(f"{engine.placement.note} (--ctx and --gpu-layers choose them yourself)", flush=True)
+        if engine.placement.note:
+            left = [flag for flag, auto in (("--ctx", args.ctx is None), ("--gpu-layers", args.gpu_layers == AUTO))
+                    if auto]
+            hint = f" ({' and '.join(left)} to choose yourself)" if left and engine.placement.note.startswith("Chose") \
+                else ""
+            print(engine.placement.note + hint, flush=True)
         print(f"Memory: {planned.describe()} planned; llama.cpp allocated {allocated.total / 1e9:.2f} GB "
               "at load (its output buffer grows to the plan's on the first drafts)", flush=True)
         print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "

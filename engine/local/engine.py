@@ -147,8 +147,8 @@ class Engine(Backend):
 
     @property
     def placement(self):
-        """engine/models/fit.py's Placement when the context or GPU layers were left to it
-        (its `note` says what it chose and why), else None."""
+        """engine/models/fit.py's Placement of this pair: its `note` says what was chosen for the
+        user (the context or GPU layers left to it) and why, and what they should know of their own."""
         return self.rt.placement
 
     @property

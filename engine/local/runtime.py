@@ -24,7 +24,7 @@ from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_
 from ..models.hardware import free_memory, physical_cores
 from ..models.memory_plan import MemoryPlan, allocated_plan, outputs_max, plan_for_files
 from .llama import ensure_backend, ext, lib, recording_allocations
-from .options import AUTO, KV_TYPES, MIN_CTX, LoadOptions
+from .options import KV_TYPES, MIN_CTX, LoadOptions
 
 CTX_STEP = 256  # llama.cpp rounds every context up to a multiple of 256 (options.MIN_CTX)
 
@@ -287,16 +287,15 @@ class Runtime:
             check_drafter(self.target_info, self.drafter_info)
         self.projector_info = read_gguf_info(projector_path) if projector_path else None
         ensure_backend(options.verbose)
-        # what was left to us (AUTO), chosen from the memory plan; its note says what and why
-        self.placement: Placement | None = None
-        if AUTO in (options.n_ctx, options.target_gpu_layers, options.drafter_gpu_layers):
-            gpu_free, gpu_name, ram_free = free_memory()
-            self.placement = place(self.target_info, self.drafter_info, options.n_ctx, options.target_gpu_layers,
-                                   options.drafter_gpu_layers, options.n_seq, options.n_ubatch, gpu_free,
-                                   ram_free, gpu_name, self.projector_info)
-            p = self.placement
-            self.options = options = replace(options, n_ctx=p.n_ctx, target_gpu_layers=p.target_gpu_layers,
-                                             drafter_gpu_layers=p.drafter_gpu_layers)
+        # what was left to us (AUTO), chosen from the memory plan; its note says what and why,
+        # and what the user should know of their own values
+        gpu_free, gpu_name, ram_free = free_memory()
+        self.placement: Placement = place(self.target_info, self.drafter_info, options.n_ctx,
+                                          options.target_gpu_layers, options.drafter_gpu_layers, options.n_seq,
+                                          options.n_ubatch, gpu_free, ram_free, gpu_name, self.projector_info)
+        p = self.placement
+        self.options = options = replace(options, n_ctx=p.n_ctx, target_gpu_layers=p.target_gpu_layers,
+                                         drafter_gpu_layers=p.drafter_gpu_layers)
 
         self.target_model = self.drafter_model = None
         self.target_ctx = self.drafter_ctx = None

@@ -35,7 +35,9 @@ class Placement:
     target_gpu_layers: int
     drafter_gpu_layers: int
     plan: MemoryPlan
-    note: str  # "Chose …": what was chosen and why; "" when the user chose everything
+    # "Chose …": what was chosen and why, then what the user should know of their own values
+    # (a context past the model's, GPU layers without a GPU, swapping); "" when nothing to say
+    note: str
 
 
 def wanted_context(n_seq: int) -> int:
@@ -52,6 +54,17 @@ def _contexts(want: int, auto: bool, train: int) -> list[int]:
     return out
 
 
+def _context_words(n_ctx: int, want: int, top: int, top_plan: MemoryPlan, n_seq: int) -> str:
+    """Why an automatic context is what it is: the memory, the model's trained length, or the default."""
+    words = f"a context of {n_ctx:,} tokens"
+    if n_ctx < top:
+        return words + f" (at {top:,} the pair needs {_gb(top_plan.total)}: more than there is)"
+    if top < want:
+        return words + f" (the model's trained length; {want:,} wanted for {n_seq} sequences)"
+    return words + (f" (4,096 for each of {n_seq} sequences)" if want > AUTO_CTX else
+                    " (the default, for coding agents' long prompts; it fits)")
+
+
 def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
@@ -63,17 +76,18 @@ def place(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx, target_gpu_layers, 
     user's value (layers: a count or ALL), or AUTO. `gpu_free` 0: no GPU llama.cpp can use.
     The projector, when there is one, goes where the target's layers go (as runtime.py loads it)."""
     ctx_auto = n_ctx == AUTO
-    ctxs = _contexts(wanted_context(n_seq) if ctx_auto else n_ctx, ctx_auto, target.context_length)
+    want = wanted_context(n_seq) if ctx_auto else n_ctx
+    ctxs = _contexts(want, ctx_auto, target.context_length)
     plans = [plan_for_files(target, drafter, c, n_seq, n_ubatch, projector) for c in ctxs]
     layers_auto = target_gpu_layers == AUTO
     drafter_auto = drafter_gpu_layers == AUTO
     budget = gpu_free - GPU_MARGIN if gpu_free > 0 else 0
-    chosen = []
+    chosen, said = [], []  # what was chosen for the user; what the user should know of their own choice
     if budget > 0 and layers_auto:
         p = next((p for p in plans if p.total <= budget), None)
         if p is not None:
             layers, d_layers = ALL, ALL if drafter_auto else drafter_gpu_layers
-            chosen.append(f"every layer on {gpu_name} ({_gb(p.total)} of {_gb(gpu_free)} free)")
+            chosen.append(f"every layer on {gpu_name} (the pair needs {_gb(p.total)}, {_gb(gpu_free)} free)")
         else:
             p = plans[-1]
             # the drafter first (it is small and runs once per drafted token), then as many of
@@ -83,8 +97,8 @@ def place(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx, target_gpu_layers, 
             per_layer = p.weights / (target.n_layer + 1) + p.kv / target.n_layer
             layers = max(0, min(target.n_layer, int(room // per_layer)))
             d_layers = (ALL if d_on_gpu else 0) if drafter_auto else drafter_gpu_layers
-            chosen.append(f"{layers} of {target.n_layer} layers on {gpu_name} ({_gb(gpu_free)} free; "
-                          f"the pair needs {_gb(p.total)}), the rest on the CPU")
+            chosen.append(f"{layers} of {target.n_layer} layers on {gpu_name} (the pair needs {_gb(p.total)}, "
+                          f"{_gb(gpu_free)} free), the rest on the CPU")
     else:
         layers = 0 if layers_auto else target_gpu_layers
         d_layers = 0 if drafter_auto else drafter_gpu_layers
@@ -92,13 +106,16 @@ def place(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx, target_gpu_layers, 
         p = next((p for p in plans if p.total <= ram_free), plans[-1]) if layers == 0 else plans[0]
         if layers_auto or drafter_auto:
             chosen.append(f"the CPU ({'no GPU that llama.cpp can use; ' if gpu_free <= 0 else ''}"
-                          f"{_gb(p.total)} of {_gb(ram_free)} of memory available)")
+                          f"the pair needs {_gb(p.total)}, {_gb(ram_free)} available)")
+        if gpu_free <= 0 and (layers != 0 or d_layers not in (0, AUTO)):
+            said.append("no GPU that llama.cpp can use: the GPU layers asked for run on the CPU")
     if ctx_auto:
-        c = f"a context of {p.n_ctx:,} tokens"
-        if p.n_ctx < ctxs[0]:
-            c += f" (not {ctxs[0]:,}: at {ctxs[0]:,} the pair needs {_gb(plans[0].total)})"
-        chosen.append(c)
+        chosen.append(_context_words(p.n_ctx, want, ctxs[0], plans[0], n_seq))
+    elif p.n_ctx < want:
+        said.append(f"a context of {p.n_ctx:,} tokens, not the {want:,} asked for: the model was trained for "
+                    f"{p.n_ctx:,}")
     if layers == 0 and p.total > ram_free:
-        chosen.append(f"it needs {_gb(p.total)} and {_gb(ram_free)} of memory is available: expect swapping")
-    note = ("Chose " + "; ".join(chosen) + ", from the memory plan") if chosen else ""
+        said.append(f"the pair needs {_gb(p.total)} and {_gb(ram_free)} is available: expect swapping")
+    note = "; ".join((["Chose " + "; ".join(chosen)] if chosen else []) + said)
+    note = note[:1].upper() + note[1:]
     return Placement(p.n_ctx, layers, d_layers, p, note)

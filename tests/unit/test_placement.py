@@ -37,13 +37,14 @@ def total(n_ctx, n_seq=1):
 def test_a_gpu_that_holds_the_pair_at_the_wanted_context_gets_every_layer():
     p = placed(gpu_free=total(32768) + GPU_MARGIN + 1)
     assert (p.n_ctx, p.target_gpu_layers, p.drafter_gpu_layers) == (32768, ALL, ALL)
-    assert p.note.startswith("Chose every layer on RTX 4090") and "a context of 32,768 tokens" in p.note
+    assert p.note.startswith("Chose every layer on RTX 4090 (the pair needs") and "a context of 32,768 tokens (the default" \
+        in p.note
 
 
 def test_a_smaller_gpu_gets_a_smaller_context_before_fewer_layers():
     p = placed(gpu_free=total(8192) + GPU_MARGIN + 1)
     assert (p.n_ctx, p.target_gpu_layers) == (8192, ALL)
-    assert "not 32,768" in p.note
+    assert "a context of 8,192 tokens (at 32,768 the pair needs" in p.note
 
 
 def test_a_gpu_too_small_for_the_least_context_gets_as_many_layers_as_fit():
@@ -61,13 +62,25 @@ def test_a_gpu_too_small_for_the_least_context_gets_as_many_layers_as_fit():
 def test_no_gpu_puts_everything_on_the_cpu_at_the_wanted_context():
     p = placed(gpu_free=0)
     assert (p.n_ctx, p.target_gpu_layers, p.drafter_gpu_layers) == (32768, 0, 0)
-    assert p.note.startswith("Chose the CPU (no GPU that llama.cpp can use;")
+    assert p.note.startswith("Chose the CPU (no GPU that llama.cpp can use; the pair needs")
 
 
 def test_short_system_memory_shrinks_the_context_and_says_when_even_the_least_does_not_fit():
     assert placed(gpu_free=0, ram_free=total(16384) + 1).n_ctx == 16384
     p = placed(gpu_free=0, ram_free=total(MIN_AUTO_CTX) - 1)
     assert p.n_ctx == MIN_AUTO_CTX and "expect swapping" in p.note
+
+
+def test_what_the_user_asked_for_that_cannot_be_is_said():
+    from dataclasses import replace
+
+    p = placed(gpu_free=0, n_ctx=100000, layers=ALL, drafter_layers=0, target=replace(TARGET, context_length=32768))
+    assert (p.n_ctx, p.target_gpu_layers) == (32768, ALL)
+    assert p.note == ("No GPU that llama.cpp can use: the GPU layers asked for run on the CPU; a context of 32,768 "
+                      "tokens, not the 100,000 asked for: the model was trained for 32,768")
+    # left to us and held at the trained length: that is the reason given, not the memory
+    p = placed(gpu_free=0, ram_free=10**15, n_seq=16, target=replace(TARGET, context_length=32768))
+    assert "a context of 32,768 tokens (the model's trained length; 65,536 wanted for 16 sequences)" in p.note
 
 
 def test_what_the_user_set_is_kept():
