@@ -185,12 +185,15 @@ def test_n_choices_one_after_another(server):
                                         top_p=1.0, seed=7)
     assert len({ch.message.content for ch in sampled.choices}) > 1
     assert sampled.usage.completion_tokens > 12  # all three choices count
+    # streamed, each choice's deltas under its own index add up to its text. Greedy: a sampled
+    # choice's tokens may differ between two requests where the batches they decoded in differ
+    # (llama.cpp's kernels are not batch-invariant; under a loaded machine the choices of one
+    # request can be admitted a step apart), and at temperature 1.5 a tiny logit change moves a draw
     streamed = {}
-    for ch in c.chat.completions.create(model=model(server), messages=ASK, max_tokens=12, n=3, temperature=1.5,
-                                        top_p=1.0, seed=7, stream=True):
+    for ch in c.chat.completions.create(model=model(server), messages=ASK, max_tokens=6, n=2, stream=True):
         for x in ch.choices:
             streamed[x.index] = streamed.get(x.index, "") + (x.delta.content or "")
-    assert [streamed[i] for i in range(3)] == [ch.message.content for ch in sampled.choices]
+    assert [streamed[i] for i in range(2)] == [ch.message.content for ch in greedy.choices]
 
 
 # ---- from a new user's walk: each failed before its fix --------------------------------------
