@@ -18,7 +18,10 @@ def test_each_size_loads_in_the_window_and_compares_identically(qtbot, tmp_path,
     w = make_window(qtbot, tmp_path, target, drafter, max_tokens=16, threads=2)
     try:
         info = w.session.model_info
-        assert info.has_mtp and info.n_ctx == 32768 and info.placement.startswith("Chose ")
+        # 32768 where the memory holds it, less when it does not (the suite's other workers hold
+        # big pairs too), and the window says which
+        assert info.has_mtp and 4096 <= info.n_ctx <= 32768 and info.placement.startswith("Chose ")
+        assert f"a context of {info.n_ctx:,} tokens" in info.placement
         page = compare(qtbot, w, "Write a Python function that reverses a list.")
         assert page.base.result.answer == page.mtp.result.answer != ""
         assert "identical output" in page.verdict.text()

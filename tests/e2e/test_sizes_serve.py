@@ -27,7 +27,10 @@ def test_each_size_serves_mtp_replies_equal_to_plain_decoding(size):
     s = Serve({"target": target, 0.7: drafter}, "--threads", "2", "--draft-max", "3", ctx=None)
     try:
         props = httpx.get(f"http://127.0.0.1:{s.port}/props", timeout=10).json()
-        assert props["default_generation_settings"]["n_ctx"] == 32768 and props["tandem"]["mtp"]
+        n_ctx = props["default_generation_settings"]["n_ctx"]
+        # 32768 where the memory holds it; less when it does not (the suite's other workers hold
+        # big pairs too), never below 4096
+        assert 4096 <= n_ctx <= 32768 and props["tandem"]["mtp"]
         c = openai.OpenAI(base_url=s.url, api_key="none", max_retries=0, timeout=300)
         assert [m.id for m in c.models.list().data] == [target.stem]
         replies = [c.chat.completions.create(model=target.stem, messages=ASK, max_tokens=24, temperature=0,
@@ -47,3 +50,4 @@ def test_each_size_serves_mtp_replies_equal_to_plain_decoding(size):
         jsonschema.validate(json.loads(got[0][1]), schema)
     finally:
         s.stop()
+    assert f"a context of {n_ctx:,} tokens" in s.proc.stdout.read().decode(errors="replace")  # and says so
