@@ -59,7 +59,7 @@ def test_drafting_gives_the_baselines_greedy_output(shaped):
 
 
 def test_sampling_under_drafting_keeps_the_targets_distribution(shaped):
-    """The drafted positions (the second and third token) of 250 seeded samples with MTP and
+    """The drafted positions (the second and third token) of 150 seeded samples with MTP and
     without are one distribution by a chi-square test (test_sampling.py: its power, on the
     tiny pair with thousands)."""
     from collections import Counter
@@ -75,7 +75,7 @@ def test_sampling_under_drafting_keeps_the_targets_distribution(shaped):
     for spec in ("none", "mtp"):
         e.reset()
         runs = [e.run(p, GenerationConfig(max_tokens=3, spec=spec, draft_max=2, sampling=sp, seed=seed))
-                for seed in range(250)]
+                for seed in range(150)]
         arms[spec] = [tuple(r.tokens) for r in runs]
         if spec == "mtp":
             assert all(r.stats.draft_tokens > 0 for r in runs), size  # each drafted
