@@ -10,7 +10,9 @@ went through the drafter as batches of their own (one per draft position).
 One thread (started with the first job, ended with `close`) makes every llama.cpp computation
 on the contexts: the sequences' steps, and what the engine runs alone (`call`: its warm-up and
 measurements). llama.cpp's CPU backend (OpenMP) gives each thread that computes a team of
-worker threads that stay; a second team on a 2-core machine halved every later decode. Each slot is one sequence id of the target's cache and keeps
+worker threads that stay; a second team on a 2-core machine halved every later decode.
+
+Each slot is one sequence id of the target's cache and keeps
 what its last generation left there, so a conversation's next request goes to the slot with
 its longest cached prefix (or comes back from the host cache: prompt_cache.py). A new prompt
 is decoded in chunks between the others' steps, so a long prompt never stalls the replies
