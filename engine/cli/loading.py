@@ -48,7 +48,13 @@ def load(args):
             raise ValueError(f"pictures and sounds need the model's projector: no mmproj-*.gguf next to "
                              f"{args.model}; give it with --mmproj")
         mmproj = str(found)
-    return Engine.load(args.model, args.drafter, opts, mmproj=mmproj)
+    engine = Engine.load(args.model, args.drafter, opts, mmproj=mmproj)
+    if not serve:  # tandem serve prints the whole placement; here what was asked and cannot be
+        import sys
+
+        for line in engine.placement.warnings:
+            print(f"tandem: {line}", file=sys.stderr)
+    return engine
 
 
 def output_constraint(args) -> dict:

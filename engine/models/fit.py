@@ -38,6 +38,7 @@ class Placement:
     # "Chose …": what was chosen and why, then what the user should know of their own values
     # (a context past the model's, GPU layers without a GPU, swapping); "" when nothing to say
     note: str
+    warnings: tuple[str, ...] = ()  # the second part alone: what the user asked for that cannot be
 
 
 def wanted_context(n_seq: int) -> int:
@@ -118,4 +119,4 @@ def place(target: GGUFInfo, drafter: GGUFInfo | None, n_ctx, target_gpu_layers, 
         said.append(f"the pair needs {_gb(p.total)} and {_gb(ram_free)} is available: expect swapping")
     note = "; ".join((["Chose " + "; ".join(chosen)] if chosen else []) + said)
     note = note[:1].upper() + note[1:]
-    return Placement(p.n_ctx, layers, d_layers, p, note)
+    return Placement(p.n_ctx, layers, d_layers, p, note, tuple(w[:1].upper() + w[1:] for w in said))

@@ -41,6 +41,13 @@ def test_generate_json(tiny):
     raw = json.loads(tandem("generate", "--model", tiny["target"], "--max-tokens", "5", "--raw", "--json",
                             "--temperature", "0.7", "--seed", "1", "Hello").stdout)
     assert len(raw["tokens"]) == 5
+    # a context past the model's trained length is cut, and said (with the JSON still alone on stdout)
+    from engine.models.gguf_info import read_gguf_info
+
+    trained = read_gguf_info(tiny["target"]).context_length
+    cut = tandem("generate", "--model", tiny["target"], "--ctx", str(trained * 2), "--max-tokens", "2", "--json", "Hi")
+    assert json.loads(cut.stdout)["tokens"]
+    assert f"not the {trained * 2:,} asked for: the model was trained for {trained:,}" in cut.stderr
 
 
 def test_generate_streams_text(tiny):

@@ -78,6 +78,8 @@ def test_what_the_user_asked_for_that_cannot_be_is_said():
     assert (p.n_ctx, p.target_gpu_layers) == (32768, ALL)
     assert p.note == ("No GPU that llama.cpp can use: the GPU layers asked for run on the CPU; a context of 32,768 "
                       "tokens, not the 100,000 asked for: the model was trained for 32,768")
+    assert p.warnings == ("No GPU that llama.cpp can use: the GPU layers asked for run on the CPU",
+                          "A context of 32,768 tokens, not the 100,000 asked for: the model was trained for 32,768")
     # left to us and held at the trained length: that is the reason given, not the memory
     p = placed(gpu_free=0, ram_free=10**15, n_seq=16, target=replace(TARGET, context_length=32768))
     assert "a context of 32,768 tokens (the model's trained length; 65,536 wanted for 16 sequences)" in p.note
