@@ -13,25 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["agent_session.json", "claude_code_session.json"])
-def test_the_agent_session_tables_are_the_benchmark_files(name):
+@pytest.mark.parametrize("name, script", [("agent_session.json", "bench_agent_session"),
+                                          ("claude_code_session.json", "bench_agent_session"),
+                                          ("concurrency_26b_a4b.json", "bench_concurrency")])
+def test_the_readme_tables_are_the_benchmark_files(name, script):
+    """Each file's table (its script's `markdown`) is in the README, with the file's commit and date."""
+    import importlib
+
     sys.path.insert(0, str(ROOT))
-    from scripts.bench_agent_session import markdown
+    markdown = importlib.import_module(f"scripts.{script}").markdown
 
     data = json.loads((ROOT / "docs" / "figures" / name).read_text("utf-8"))
-    assert data["command"].startswith("scripts/bench_agent_session.py") and data["commit"] and data["date"]
-    readme = (ROOT / "README.md").read_text("utf-8")
-    assert markdown(data) in readme
-    assert f"commit {data['commit']}, {data['date']}" in readme
-
-
-@pytest.mark.parametrize("name", ["concurrency_26b_a4b.json"])
-def test_the_several_clients_tables_are_the_benchmark_files(name):
-    sys.path.insert(0, str(ROOT))
-    from scripts.bench_concurrency import markdown
-
-    data = json.loads((ROOT / "docs" / "figures" / name).read_text("utf-8"))
-    assert data["command"].startswith("scripts/bench_concurrency.py") and data["commit"] and data["date"]
+    assert data["command"].startswith(f"scripts/{script}.py") and data["commit"] and data["date"]
     readme = (ROOT / "README.md").read_text("utf-8")
     assert markdown(data) in readme
     assert f"commit {data['commit']}, {data['date']}" in readme
