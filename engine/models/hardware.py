@@ -148,12 +148,16 @@ class Machine:
         return self.gpu_budget if self.gpu_budget > 0 else self.ram_budget
 
 
+def best_gpu() -> Device | None:
+    """The GPU llama.cpp sees with the most free memory, if any."""
+    return max((d for d in devices() if d.kind == "GPU"), key=lambda d: d.free, default=None)
+
+
 def free_memory() -> tuple[int, str, int]:
-    """(free bytes, name) of the GPU with the most free memory ((0, "") without one) and the
-    system memory available: what engine/models/fit.py places a pair in."""
-    gpus = [d for d in devices() if d.kind == "GPU"]
-    g = max(gpus, key=lambda d: d.free, default=None)
-    return (g.free, g.description or g.name, system_ram()[0]) if g else (0, "", system_ram()[0])
+    """(free bytes, name) of best_gpu() ((0, "") without one) and the system memory available:
+    what engine/models/fit.py places a pair in."""
+    g = best_gpu()
+    return (g.free if g else 0, (g.description or g.name) if g else "", system_ram()[0])
 
 
 def this_machine() -> Machine:
@@ -161,9 +165,8 @@ def this_machine() -> Machine:
     avail, total = system_ram()
     ram = int(avail * 0.8)
     cpu_bw = cpu_bandwidth()
-    gpus = [d for d in devices() if d.kind == "GPU"]
-    if gpus:
-        g = max(gpus, key=lambda d: d.free)
+    g = best_gpu()
+    if g is not None:
         bw, known = gpu_bandwidth(g.description or g.name)
         name = g.description or g.name
         desc = (f"{name}: {g.free / 1e9:.1f} GB free of {g.total / 1e9:.1f} GB, "
