@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -87,7 +88,9 @@ class Engine(Backend):
 
         from ..models.gguf_info import read_gguf_info
 
-        self.rt.projector_info = read_gguf_info(path)  # in the memory plan, with what clip allocates
+        info = self.rt.projector_info  # read already where Engine.load named it
+        if info is None or info.path != Path(path):
+            self.rt.projector_info = read_gguf_info(path)  # in the memory plan, with what clip allocates
         with recording_allocations() as self.rt.allocated["projector"]:
             self.projector = Projector(path, self.rt, self.rt.n_threads,
                                        use_gpu=self.rt.options.target_gpu_layers != 0)
