@@ -251,6 +251,7 @@ def test_settings_dialog_persists_and_reloads(qtbot, win, tiny):
     assert reload and not theme
     saved = Settings(win.settings.path)
     assert saved["n_ctx"] == 2048 and saved["temperature"] == 0.7 and saved["system_prompt"] == "Be brief."
+    assert saved["target_gpu_layers"] == saved["drafter_gpu_layers"] == "auto"  # "auto" survives a restart
     win.load_models(saved["target"], saved["drafter"])
     qtbot.waitUntil(lambda: win.session.model_info is not None, timeout=TIMEOUT)
     assert win.session.model_info.n_ctx == 2048 and not win.session.model_info.has_mtp
