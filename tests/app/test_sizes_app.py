@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ..support.shaped import SIZES, shaped_pair
-from ..support.window import compare, make_window
+from ..support.window import BIG_TIMEOUT, compare, make_window
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +15,14 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_each_size_loads_in_the_window_and_compares_identically(qtbot, tmp_path, size):
     target, drafter = shaped_pair(size)
-    w = make_window(qtbot, tmp_path, target, drafter, max_tokens=16, threads=2)
+    w = make_window(qtbot, tmp_path, target, drafter, timeout=BIG_TIMEOUT, max_tokens=16, threads=2)
     try:
         info = w.session.model_info
         # 32768 where the memory holds it, less when it does not (the suite's other workers hold
         # big pairs too), and the window says which
         assert info.has_mtp and 4096 <= info.n_ctx <= 32768 and info.placement.startswith("Chose ")
         assert f"a context of {info.n_ctx:,} tokens" in info.placement
-        page = compare(qtbot, w, "Write a Python function that reverses a list.")
+        page = compare(qtbot, w, "Write a Python function that reverses a list.", timeout=BIG_TIMEOUT)
         assert page.base.result.answer == page.mtp.result.answer != ""
         assert "identical output" in page.verdict.text()
         assert page.mtp.result.stats["draft_tokens"] > 0
