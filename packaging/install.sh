@@ -2,9 +2,11 @@
 # Install Tandem into ./.venv (created if missing).
 #   bash packaging/install.sh          # the app
 #   bash packaging/install.sh --dev    # the app + test tools, the small real test model and llama-server
-# llama-cpp-python is compiled from source for this machine (a few minutes, once): the wheel
-# is kept in ~/.cache/tandem/wheels, keyed by the build flags, and reused afterwards.
+# llama-cpp-python is compiled from source for this machine (a few minutes, once), with Tandem's
+# patches to its vendored llama.cpp (packaging/llama-cpp/*.patch): the wheel is kept in
+# ~/.cache/tandem/wheels, keyed by the build flags and the patches, and reused afterwards.
 # Extra llama.cpp build flags go in CMAKE_ARGS, e.g. CMAKE_ARGS="-DGGML_CUDA=on" (see README).
+# LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz builds from the pinned sdist on disk (offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,13 +32,26 @@ if [ "$(uname -m)" = "x86_64" ] && grep -q amx_tile /proc/cpuinfo 2>/dev/null; t
   flags="$flags -DCMAKE_C_FLAGS='$noamx' -DCMAKE_CXX_FLAGS='$noamx'"
 fi
 sha256() { if command -v sha256sum >/dev/null; then sha256sum; else shasum -a 256; fi; }  # macOS: shasum
-key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$flags" "$(uname -m)" | sha256 | cut -c1-16)
+patches=$(cat packaging/llama-cpp/*.patch | sha256 | cut -c1-16)
+key=$(printf '%s|%s|%s|%s' "$LLAMA_VERSION" "$flags" "$(uname -m)" "$patches" | sha256 | cut -c1-16)
 wheels="$HOME/.cache/tandem/wheels/$key"
 if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "Building llama-cpp-python $LLAMA_VERSION for this machine (a few minutes, once)..."
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  if [ -n "${LLAMA_SDIST:-}" ]; then
+    cp "$LLAMA_SDIST" "$work/"
+  else
+    .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  tar -xzf "$work"/llama_cpp_python-"$LLAMA_VERSION".tar.gz -C "$work"
+  src="$work/llama_cpp_python-$LLAMA_VERSION"
+  for p in "$PWD"/packaging/llama-cpp/*.patch; do
+    if command -v patch >/dev/null; then patch -s -p1 -d "$src/vendor/llama.cpp" < "$p"
+    else (cd "$src/vendor/llama.cpp" && git apply -p1 "$p"); fi
+  done
   mkdir -p "$wheels"
-  CMAKE_ARGS="$flags" .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir \
-    --no-binary llama-cpp-python -w "$wheels" "llama-cpp-python==$LLAMA_VERSION"
+  CMAKE_ARGS="$flags" .venv/bin/python -m pip wheel -q --no-deps --no-cache-dir -w "$wheels" "$src"
 fi
 wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
 .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel"

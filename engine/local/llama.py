@@ -27,8 +27,8 @@ except Exception as e:  # ImportError, or OSError when libllama.so fails to load
         f"reinstall it with: pip install llama-cpp-python=={PINNED_VERSION}"
     ) from None
 
-__all__ = ["lib", "ext", "ensure_backend", "recording_allocations", "system_info", "supports_gpu_offload",
-           "version"]
+__all__ = ["lib", "ext", "clustered_head_built", "ensure_backend", "recording_allocations", "system_info",
+           "supports_gpu_offload", "version"]
 
 if getattr(_pkg, "__version__", None) != PINNED_VERSION:
     raise EngineError(
@@ -107,3 +107,9 @@ def supports_gpu_offload() -> bool:
 
 def version() -> str:
     return _pkg.__version__
+
+
+def clustered_head_built() -> bool:
+    """Whether this libllama has Tandem's patch for the drafter's clustered head
+    (packaging/llama-cpp/gemma4-clustered-head.patch, engine/models/draft_head.py)."""
+    return hasattr(lib._lib, "tandem_clustered_head_version")
