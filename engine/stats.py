@@ -55,6 +55,7 @@ class GenerationStats:
     finish_reason: str | None = None
     engine: str = "llama.cpp"  # what decoded: llama.cpp in this process, or a server (llama-server, vllm, ...)
     drafts_reported: bool = True  # False: a server that does not say what its drafter did
+    draft_head: str = ""  # the drafter's head, as DraftHead.label says it ("" without a drafter)
 
     def snapshot(self) -> "GenerationStats":
         """A copy of the numbers as they are now: what an event carries, so that one kept while
@@ -148,6 +149,7 @@ class GenerationStats:
             "finish_reason": self.finish_reason,
             "engine": self.engine,
             "drafts_reported": self.drafts_reported,
+            "draft_head": self.draft_head,
         }
 
     def source_label(self) -> str:

@@ -44,9 +44,10 @@ def acceptance_details(s: dict) -> str:
     auto = (f" Draft length auto: {s.get('mean_draft_length') or 0:.2f} tokens per step on average, "
             f"{s.get('undrafted_steps', 0)} steps without drafting (drafts were not paying off there)."
             if s.get("draft_max") == "auto" else "")
+    head = f"<p>The drafter's head: {html.escape(s['draft_head'])}.</p>" if s.get("draft_head") else ""
     return (f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"
             f"<p>{s.get('accepted_tokens', 0)} of {s.get('draft_tokens', 0)} drafted tokens accepted "
-            f"in {s.get('steps', 0)} verify steps{acceptance}.{auto}</p>")
+            f"in {s.get('steps', 0)} verify steps{acceptance}.{auto}</p>{head}")
 
 
 def mtp_limit(ceiling: float, costs_ms: tuple[float, float, float]) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from engine.generation import AUTO, MAX_DRAFT
 from engine.local.options import LoadOptions
+from engine.models.draft_head import HEADS
 from engine.sampling import SamplingParams
 
 SAMPLING = SamplingParams()  # the sampling defaults: the engine's, in one place
@@ -65,6 +66,7 @@ FIELDS: dict[str, Field] = {
     "target_gpu_layers": Field(LOAD.target_gpu_layers, _count_or_auto),
     "drafter_gpu_layers": Field(LOAD.drafter_gpu_layers, _count_or_auto),
     "n_ctx": Field(AUTO, _count_or_auto),
+    "draft_head": Field(LOAD.draft_head, lambda v: v in HEADS),  # the drafter's head (engine/models/draft_head.py)
     "threads": Field(LOAD.n_threads, _of(int)),
     "temperature": Field(SAMPLING.temperature, _number),
     "top_k": Field(SAMPLING.top_k, _of(int)),
@@ -94,7 +96,8 @@ def load_options(settings: dict) -> LoadOptions:
     keeps its chats' caches on disk, so a long chat is not read again after a restart."""
     return LoadOptions(n_ctx=settings["n_ctx"], n_threads=settings["threads"],
                        target_gpu_layers=settings["target_gpu_layers"],
-                       drafter_gpu_layers=settings["drafter_gpu_layers"], cache_disk_mib=-1)
+                       drafter_gpu_layers=settings["drafter_gpu_layers"], draft_head=settings["draft_head"],
+                       cache_disk_mib=-1)
 
 
 def default_config_path() -> Path:

@@ -32,7 +32,8 @@ def cmd_bench(args) -> int:
         t = engine.rt.target_info
         d = engine.rt.drafter_info
         print(f"target  {t.path.name} ({t.arch}, {t.file_size / 2**20:.1f} MiB)\n"
-              + (f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB)\n" if d else
+              + (f"drafter {d.path.name} ({d.arch}, {d.file_size / 2**20:.1f} MiB), "
+                 f"head {engine.draft_head.label}\n" if d else
                  "drafter none: lookup is the draft source\n")
               + f"threads {engine.rt.n_threads}, ctx {engine.n_ctx}, {len(prompts)} prompts, "
               f"max {args.max_tokens} tokens, greedy\n", flush=True)
@@ -62,6 +63,7 @@ def cmd_bench(args) -> int:
         if args.json:
             out = results["all"] if len(results) == 1 else results
             out["memory"] = m
+            out["draft_head"] = engine.draft_head.as_dict() if engine.draft_head else None
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(out, f, indent=2)
     finally:

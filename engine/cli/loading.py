@@ -34,6 +34,7 @@ def load(args):
     opts = LoadOptions(n_ctx=args.ctx or (AUTO if serve else CTX_PER_SEQUENCE * n_seq), n_threads=args.threads,
                        target_gpu_layers=args.gpu_layers,
                        drafter_gpu_layers=args.drafter_gpu_layers, flash_attn=not args.no_flash_attn,
+                       draft_head=args.draft_head,
                        verbose=args.verbose, n_seq=n_seq,
                        # the prompt cache beyond the slots: tandem serve's, in memory and on disk
                        # (a benchmark or a one-off generation measures and reads from cold)

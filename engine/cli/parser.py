@@ -100,6 +100,10 @@ def _add_load_args(p, remote: bool = True):
                         "where the memory plan fits on the GPU, else as many as fit)")
     p.add_argument("--drafter-gpu-layers", type=_layers, default=AUTO,
                    help="drafter layers on the GPU: a count, 'all' (or -1), or 'auto' (the default)")
+    p.add_argument("--draft-head", choices=["auto", "full", "clustered"], default="auto",
+                   help="the drafter's head: 'clustered' scores cluster centroids first and exact logits "
+                        "only for the best clusters' tokens (E2B and E4B assistants carry them), 'full' "
+                        "every token; 'auto' (the default): clustered where the drafter has it")
     p.add_argument("--no-flash-attn", action="store_true", help="disable flash attention (both contexts)")
     p.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 

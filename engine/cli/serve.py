@@ -29,8 +29,11 @@ def cmd_serve(args) -> int:
             print(engine.placement.note + hint, flush=True)
         print(f"Memory: {planned.describe()} planned; llama.cpp allocated {allocated.total / 1e9:.2f} GB "
               "at load (its output buffer grows to the plan's on the first drafts)", flush=True)
-        print(f"Serving {name} ({'MTP with ' + Path(args.drafter).name if engine.has_mtp else 'no drafter'}) "
-              f"at {where}", flush=True)
+        head = engine.draft_head
+        mtp = f"MTP with {Path(args.drafter).name}, its head {head.label}" if head else "no drafter"
+        print(f"Serving {name} ({mtp}) at {where}", flush=True)
+        if head and head.note:
+            print(f"Drafter: {head.note}", flush=True)
         run(engine, name, hosts, args.port, args.api_key, args.cors, args.queue, args.draft_max,
             aliases=aliases, tags=args.tags)
     finally:

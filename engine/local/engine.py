@@ -155,6 +155,12 @@ class Engine(Backend):
         return self.rt.placement
 
     @property
+    def draft_head(self):
+        """The drafter's head (engine/models/draft_head.py's DraftHead: full or clustered, and
+        the tokens each draft step scores), or None without a drafter."""
+        return self.rt.draft_head if self.rt.has_drafter else None
+
+    @property
     def n_vocab(self) -> int:
         return self.rt.target.n_vocab
 
@@ -276,7 +282,8 @@ class Engine(Backend):
         strategy = job.strategy
         stats = GenerationStats(mode=strategy.name,
                                 draft_max=strategy.draft_label if strategy.name != "baseline" else 0,
-                                prompt_tokens=len(job.prompt))
+                                prompt_tokens=len(job.prompt),
+                                draft_head=rt.draft_head.label if strategy.needs_drafter else "")
         seq.st = DecodeState(rt=rt, params=job.config.sampling, rng=np.random.default_rng(job.config.seed),
                              stats=stats, costs=self.costs, tokens=list(job.prompt), n_past=0,
                              pending_h=np.zeros(rt.n_embd, np.float32) if strategy.needs_drafter else None,

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from ..generation import AUTO  # also the context and GPU layers left to engine/models/fit.py
+from ..models.draft_head import check_head
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "f32": 0}  # llama.cpp's ggml types for the KV cache
 MAX_SEQ = 64  # sequences one context holds (llama.cpp's limit is 256)
@@ -39,9 +40,12 @@ class LoadOptions:
     # again, in MiB: -1, a share of the free disk space; 0, none (the default of the Python API;
     # tandem serve and the window turn it on)
     cache_disk_mib: int = 0
+    # the drafter's head (engine/models/draft_head.py): auto, full or clustered
+    draft_head: str = AUTO
 
     def validate(self) -> None:
         """Refuse sizes llama.cpp would assert on (a native abort kills the whole app)."""
+        check_head(self.draft_head)
         cpus = os.cpu_count() or 1
         if self.n_ctx != AUTO and not (_count(self.n_ctx) and MIN_CTX <= self.n_ctx <= MAX_CTX):
             raise ValueError(f"context size must be {AUTO!r} or between {MIN_CTX} and {MAX_CTX} tokens "

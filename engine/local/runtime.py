@@ -19,11 +19,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import EngineError, MTPUnavailableError
+from ..models.draft_head import ENV as DRAFT_HEAD_ENV
+from ..models.draft_head import DraftHead, choose_head
 from ..models.fit import Placement, place
 from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from ..models.hardware import free_memory, physical_cores
 from ..models.memory_plan import MemoryPlan, allocated_plan, outputs_max, plan_for_files
-from .llama import ensure_backend, ext, lib, recording_allocations
+from .llama import clustered_head_built, ensure_backend, ext, lib, recording_allocations
 from .options import KV_TYPES, MIN_CTX, LoadOptions
 
 CTX_STEP = 256  # llama.cpp rounds every context up to a multiple of 256 (options.MIN_CTX)
@@ -282,9 +284,11 @@ class Runtime:
         self.target_info: GGUFInfo = read_gguf_info(target_path)
         check_target(self.target_info)
         self.drafter_info: GGUFInfo | None = None
+        self.draft_head: DraftHead | None = None
         if drafter_path is not None:
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
+            self.draft_head = choose_head(options.draft_head, self.drafter_info, clustered_head_built())
         self.projector_info = read_gguf_info(projector_path) if projector_path else None
         ensure_backend(options.verbose)
         # what was left to us (AUTO), chosen from the memory plan; its note says what and why,
@@ -365,7 +369,16 @@ class Runtime:
 
     def _load_drafter(self, di: GGUFInfo, progress) -> None:
         o = self.options
-        self.drafter_model = self._load_model(di.path, o.drafter_gpu_layers, "drafter", progress)
+        # the patched graph reads the head at load (engine/models/draft_head.py)
+        before = os.environ.get(DRAFT_HEAD_ENV)
+        os.environ[DRAFT_HEAD_ENV] = self.draft_head.kind
+        try:
+            self.drafter_model = self._load_model(di.path, o.drafter_gpu_layers, "drafter", progress)
+        finally:
+            if before is None:
+                os.environ.pop(DRAFT_HEAD_ENV, None)
+            else:
+                os.environ[DRAFT_HEAD_ENV] = before
         d_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.drafter_model))
         d_out = lib.llama_model_n_embd_out(self.drafter_model)
         if d_out != self.n_embd or d_vocab != self.n_vocab:

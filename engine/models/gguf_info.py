@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
@@ -44,6 +44,11 @@ class GGUFInfo:
     head_dim_swa: tuple[int, int] = (0, 0)  # the same for sliding-window layers
     n_swa: int = 0
     file_type: int = -1  # general.file_type: llama.cpp's quantization of the file
+    # drafters: the clustered head's tensors (engine/models/draft_head.py), by name: (dims, ggml
+    # type, where its data starts in the file)
+    head_tensors: dict = field(default_factory=dict)
+    centroid_top_k: int = 0  # their clusters scored exactly, as the file says (0: it does not)
+    head_ordered: bool = False  # the head's rows are stored in the clusters' order (masked_embd_ordered)
 
     @property
     def quant(self) -> str:
@@ -142,8 +147,12 @@ class _HeaderReader:
             raise _Truncated
 
 
-def _read_header(fh, size: int) -> tuple[dict, int, int]:
-    """Returns (metadata, number of tensors, where the tensor data starts, where it ends)."""
+HEAD_TENSORS = ("masked_embd_centroids.weight", "masked_embd_ordering")  # a drafter's clustered head
+
+
+def _read_header(fh, size: int) -> tuple[dict, int, int, int, dict]:
+    """Returns (metadata, number of tensors, where the tensor data starts, where it ends, the
+    HEAD_TENSORS there are: name -> (dims, ggml type, offset in the file))."""
     r = _HeaderReader(fh, size)
     r.take(4)  # magic, checked by the caller
     version = r.unpack("<I")
@@ -158,8 +167,9 @@ def _read_header(fh, size: int) -> tuple[dict, int, int]:
         key = r.string()
         meta[key] = r.value(r.unpack("<I"))
     data_end = 0
+    kept = {}
     for _ in range(n_tensors):
-        r.string()  # name
+        name = r.string()
         n_dims = r.unpack("<I")
         if n_dims > 8:
             raise ValueError("tensor with more than 8 dimensions")
@@ -174,12 +184,14 @@ def _read_header(fh, size: int) -> tuple[dict, int, int]:
         for d in dims:
             count *= d
         data_end = max(data_end, offset + count // block * nbytes)
+        if name in HEAD_TENSORS:
+            kept[name] = (tuple(dims), ttype, offset)
     align = meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
     if not isinstance(align, int) or align <= 0 or align & (align - 1):
         raise ValueError("invalid general.alignment")
     pos = fh.tell()
     start = pos + (-pos % align)
-    return meta, n_tensors, start, start + data_end
+    return meta, n_tensors, start, start + data_end, {k: (d, t, start + o) for k, (d, t, o) in kept.items()}
 
 
 def read_gguf_metadata(path: str | os.PathLike) -> dict:
@@ -200,7 +212,7 @@ def _read_checked(p: Path):
             if fh.read(4) != GGUF_MAGIC:
                 raise ModelFileError(f"{p.name}: not a GGUF model file (it does not start with 'GGUF')")
             fh.seek(0)
-            meta, n_tensors, start, end = _read_header(fh, size)
+            meta, n_tensors, start, end, kept = _read_header(fh, size)
     except OSError as e:
         raise ModelFileError(f"{p}: cannot be read ({e.strerror or e})") from None
     except _Truncated:
@@ -211,13 +223,13 @@ def _read_checked(p: Path):
     if end > size:
         raise ModelFileError(f"{p.name}: file is truncated ({size:,} of {end:,} bytes); "
                              "the download was probably interrupted")
-    return meta, n_tensors, size, end - start
+    return meta, n_tensors, size, end - start, kept
 
 
 def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
     """Parse and sanity-check a GGUF header; raise ModelFileError with a plain message."""
     p = Path(path)
-    meta, n_tensors, size, tensor_bytes = _read_checked(p)
+    meta, n_tensors, size, tensor_bytes, head_tensors = _read_checked(p)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelFileError(f"{p.name}: GGUF has no general.architecture")
@@ -268,6 +280,9 @@ def read_gguf_info(path: str | os.PathLike) -> GGUFInfo:
         head_dim_swa=(hd_swa, hd_swa_v),
         n_swa=num("attention.sliding_window"),
         file_type=ft if isinstance((ft := meta.get("general.file_type")), int) and not isinstance(ft, _Skipped) else -1,
+        head_tensors=head_tensors,
+        centroid_top_k=num("centroid_intermediate_top_k"),
+        head_ordered=meta.get(f"{arch}.masked_embd_ordered") is True,
     )
 
 

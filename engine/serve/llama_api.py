@@ -137,6 +137,7 @@ def router(state: ServerState) -> APIRouter:
                 "build_info": _build_info(), "endpoint_metrics": True, "endpoint_props": False,
                 "endpoint_slots": True, "is_sleeping": False,
                 "tandem": {"mtp": e.has_mtp, "draft_sources": e.spec_sources, "draft_max": state.draft_max,
+                           "draft_head": e.draft_head.as_dict() if e.draft_head else None,
                            "prompt_cache": _prompt_cache(e), "memory": _memory(e)}}
 
     @r.get("/slots")

@@ -214,6 +214,10 @@ def test_llama_server_routes_and_extensions(server):
     props = httpx.get(base + "/props").json()
     assert props["default_generation_settings"]["n_ctx"] == 8192 and "<|turn>" in props["chat_template"]
     assert props["modalities"]["vision"] is False and props["tandem"]["mtp"] is True
+    # a drafter without cluster centroids: its full head, every token scored
+    assert props["tandem"]["draft_head"] == {"head": "full", "tokens_scored": props["tandem"]["draft_head"]["vocabulary"],
+                                             "vocabulary": props["tandem"]["draft_head"]["vocabulary"], "clusters": 0,
+                                             "clusters_scored": 0}
     assert props["model_path"] == "tiny-custom-target.gguf"  # the file, not the folders it sits in
     memory = props["tandem"]["memory"]  # the plan and llama.cpp's own buffers, part by part
     assert memory["planned"]["kv_cache"] > 0 and memory["allocated"]["weights"] > 0

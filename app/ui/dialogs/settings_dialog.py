@@ -9,8 +9,9 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
 
 from app.core.settings import Settings
 from engine.generation import AUTO
+from engine.models.draft_head import HEADS
 
-RELOAD_KEYS = ("target", "drafter", "target_gpu_layers", "drafter_gpu_layers", "n_ctx", "threads")
+RELOAD_KEYS = ("target", "drafter", "draft_head", "target_gpu_layers", "drafter_gpu_layers", "n_ctx", "threads")
 
 
 class SettingsDialog(QDialog):
@@ -35,6 +36,13 @@ class SettingsDialog(QDialog):
         form.addRow("Model", row)
         self.drafter, row = path_row("drafter", "MTP drafter (GGUF)")
         form.addRow("MTP drafter", row)
+        self.draft_head = QComboBox()
+        self.draft_head.addItems(list(HEADS))
+        self.draft_head.setCurrentText(settings["draft_head"])
+        self.draft_head.setToolTip("The drafter's head: clustered scores cluster centroids first and exact logits "
+                                   "only for the best clusters' tokens (the E2B and E4B drafters carry them); full "
+                                   "scores every token; auto: clustered where the drafter has it")
+        form.addRow("Drafter head", self.draft_head)
 
         self._add_numbers(form, settings)
         self.system = QPlainTextEdit(settings["system_prompt"])
@@ -137,7 +145,8 @@ class SettingsDialog(QDialog):
     def values(self) -> dict:
         v = {"target": os.path.expanduser(self.target.text().strip()),
              "drafter": os.path.expanduser(self.drafter.text().strip()),
-             "system_prompt": self.system.toPlainText(), "theme": self.theme.currentText()}
+             "system_prompt": self.system.toPlainText(), "theme": self.theme.currentText(),
+             "draft_head": self.draft_head.currentText()}
         for key, w in self.fields.items():
             v[key] = AUTO if key in self._auto and w.value() == w.minimum() else w.value()
         return v
