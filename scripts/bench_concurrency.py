@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.bench.load import load_table, measure_in_turn  # noqa: E402
+from engine.models.plain_drafter import write_plain_drafter  # noqa: E402
 from scripts.figures import provenance  # noqa: E402
 
 
@@ -120,6 +122,7 @@ def main() -> int:
     threads = args.threads or (os.cpu_count() or 2)
     runs = {}  # name -> (url, extra_body): every server is started first and measured in turn
     procs = []
+    scratch = tempfile.TemporaryDirectory()
     try:
         if args.only != "llama":
             port = free_port()
@@ -138,8 +141,10 @@ def main() -> int:
             binary = args.llama_server or subprocess.run(
                 ["bash", str(ROOT / "packaging" / "build-llama-server.sh")], capture_output=True, text=True,
                 check=True).stdout.strip().splitlines()[-1]
+            # llama.cpp's own build cannot load a drafter with a clustered head: the same weights without it
+            plain = write_plain_drafter(args.drafter, Path(scratch.name) / (Path(args.drafter).stem + "-plain.gguf"))
             for name, extra in ((f"llama-server -np {n}, draft-mtp k={args.draft_n}",
-                                 ["--model-draft", args.drafter, "--spec-type", "draft-mtp",
+                                 ["--model-draft", str(plain), "--spec-type", "draft-mtp",
                                   "--spec-draft-n-max", str(args.draft_n), "-ngld", str(args.drafter_gpu_layers)]),
                                 (f"llama-server -np {n}, no drafter", [])):
                 port = free_port()
@@ -151,6 +156,7 @@ def main() -> int:
     finally:
         for proc in procs:
             stop(proc)
+        scratch.cleanup()
     print(f"{Path(args.model).name} + {Path(args.drafter).name}: {args.max_tokens} tokens per client, greedy, "
           f"median of {args.rounds} round{'s' if args.rounds > 1 else ''}")
     print(load_table(rows))

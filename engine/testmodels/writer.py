@@ -41,6 +41,13 @@ class SynthConfig:
     drafter_ff: int = 64
     drafter_head: int = 4
     drafter_layers: str = "SSSF"
+    # the drafter's clustered head (E2B/E4B's assistants): this many clusters of n_vocab / n_centroids
+    # tokens, the best `centroid_top_k` of them scored exactly (0: the full head only)
+    n_centroids: int = 0
+    centroid_top_k: int = 32
+    # the head's rows stored in the clusters' order (each cluster's rows one block), as Tandem
+    # writes a drafter for its clustered head; False: in token order, as llama.cpp's converter does
+    ordered_head: bool = True
     alpha: float = 0.3  # target deviation from the successor rule
     alpha_dft: float = 0.1  # drafter noise (above ~0.3 it stops agreeing)
     agreement: float = 1.0
@@ -60,7 +67,7 @@ E2B = SynthConfig(
     n_vocab=262144, n_embd=1536, n_ff=6144, n_head=8, n_head_kv_swa=1, n_head_kv_full=1,
     head_dim_swa=256, head_dim_full=512, n_swa=512, layers="SSSF" * 4, shared_kv_layers=0,
     ple_width=0, drafter_embd=512, drafter_ff=2048, drafter_head=4, drafter_layers="SSSF",
-    alpha=0.05, alpha_dft=0.05, quantize="Q4_0", template="gemma4", vocab="gemma4",
+    alpha=0.05, alpha_dft=0.05, quantize="Q4_0", template="gemma4", vocab="gemma4", n_centroids=2048,
 )
 # Every other size by its real structure (the catalog's shapes, resources/catalog.json): layer
 # count and pattern (five sliding-window layers to each full one), window, heads, KV heads and
@@ -75,7 +82,8 @@ _BIG = dict(n_vocab=262144, head_dim_swa=256, head_dim_full=512, n_ctx_train=131
             drafter_ff=1024, drafter_layers="SSSF", alpha=0.05, alpha_dft=0.05,
             quantize="Q4_0", template="gemma4", vocab="gemma4")
 E4B = SynthConfig(n_embd=640, n_ff=2560, n_head=8, n_head_kv_swa=2, n_head_kv_full=2, n_swa=512,
-                  layers="SSSSSF" * 7, shared_kv_layers=18, double_wide=True, ple_width=16, drafter_head=4, **_BIG)
+                  layers="SSSSSF" * 7, shared_kv_layers=18, double_wide=True, ple_width=16, drafter_head=4,
+                  n_centroids=2048, **_BIG)
 G12B = SynthConfig(n_embd=768, n_ff=3072, n_head=16, n_head_kv_swa=8, n_head_kv_full=8, n_swa=1024,
                    layers="SSSSSF" * 8, shared_kv_layers=0, ple_width=0, drafter_head=8, **_BIG)
 # the experts' width 704/4 = 176 rounded up to 192 and the dense MLP's 2112/4 = 528 down to 512:
@@ -277,6 +285,8 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
     pe /= np.linalg.norm(pe, axis=1, keepdims=True)
     head = np.zeros((V, A), np.float32)
     np.add.at(head, sigma, pe * np.float32(20.0 / math.sqrt(A)))
+    if cfg.n_centroids:
+        head = _add_clustered_head(w, cfg, pe, sigma, head)
     w.add_tensor("token_embd.weight", head)
     w.add_tensor("output_norm.weight", np.ones(A, np.float32))
     w.add_tensor("rope_freqs.weight", _rope_freqs(cfg.head_dim_full))
@@ -286,6 +296,66 @@ def write_drafter(path: Path, cfg: SynthConfig, emb: np.ndarray, rng, ftype) -> 
         b = f"blk.{i}."
         _add_block(w, b, rng, A, hd, H, cfg.drafter_ff, ad)
     write_out(w)
+
+
+CODE_DIMS = 64  # the drafter's dimensions the synthetic centroids read
+
+
+def synthetic_clusters(pe: np.ndarray, sigma: np.ndarray, n_centroids: int, top_k: int, rng):
+    """Centroids [n_centroids, A] and the vocabulary grouped by cluster (I32, n_vocab / n_centroids
+    tokens each) for the successor head: the drafter reading token t has a hidden state near
+    pe[t] and proposes sigma(t), so sigma(t) joins a cluster whose centroid scores pe[t] among
+    the best. The centroids are random directions in the last CODE_DIMS dimensions of the
+    drafter's width, and each proposed token goes to the best-scoring cluster among its top_k
+    that has room left (the clusters are all one size), surest tokens first; tokens no one
+    proposes fill what room is left. So the top_k clusters of a drafting step hold its proposal
+    for nearly every token (99.8 % in a simulation), as a trained drafter's do, and the clustered
+    head proposes what the full one does about as often as `--agreement` says."""
+    V, A = pe.shape
+    m = min(CODE_DIMS, A)
+    per = V // n_centroids
+    g = rng.standard_normal((n_centroids, m)).astype(np.float32)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    proposer = np.full(V, -1, np.int64)
+    proposer[sigma] = np.arange(V)
+    proposed = np.flatnonzero(proposer >= 0)
+    code = pe[proposer[proposed], A - m:]
+    cand = np.empty((len(proposed), top_k), np.int64)
+    best = np.empty(len(proposed), np.float32)
+    for i in range(0, len(proposed), 16384):  # in slices: the whole score matrix is GBs
+        sc = code[i:i + 16384] @ g.T
+        top = np.argpartition(-sc, top_k, axis=1)[:, :top_k]
+        ts = np.take_along_axis(sc, top, 1)
+        order = np.argsort(-ts, axis=1)
+        cand[i:i + 16384] = np.take_along_axis(top, order, 1)
+        best[i:i + 16384] = ts.max(axis=1)
+    room = np.full(n_centroids, per)
+    cluster = np.full(V, -1, np.int64)
+    for j in np.argsort(-best):
+        for c in cand[j]:
+            if room[c]:
+                room[c] -= 1
+                cluster[proposed[j]] = c
+                break
+    rest = np.flatnonzero(cluster < 0)
+    cluster[rest] = np.repeat(np.arange(n_centroids), room)[:len(rest)]
+    centroids = np.zeros((n_centroids, A), np.float32)
+    centroids[:, A - m:] = g
+    return centroids, np.argsort(cluster, kind="stable").astype(np.int32)
+
+
+def _add_clustered_head(w, cfg: SynthConfig, pe: np.ndarray, sigma: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """The clustered head's tensors and keys (synthetic_clusters); the head's rows as they are to
+    be stored: cluster by cluster where `cfg.ordered_head` (the patched graph reads each as one block)."""
+    centroids, ordering = synthetic_clusters(pe, sigma, cfg.n_centroids, cfg.centroid_top_k,
+                                             np.random.default_rng(cfg.seed + 3))
+    w.add_uint32("gemma4-assistant.centroid_intermediate_top_k", cfg.centroid_top_k)
+    w.add_tensor("masked_embd_centroids.weight", centroids)
+    w.add_tensor("masked_embd_ordering", ordering)
+    if not cfg.ordered_head:
+        return head
+    w.add_bool("gemma4-assistant.masked_embd_ordered", True)
+    return head[ordering]
 
 
 def _add_experts(w, b: str, rng, width: int, n_expert: int, ff: int) -> None:
