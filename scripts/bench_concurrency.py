@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.bench.load import load_table, measure_in_turn  # noqa: E402
-from engine.models.plain_drafter import write_plain_drafter  # noqa: E402
+from engine.models.drafter_file import write_plain_drafter  # noqa: E402
 from scripts.figures import provenance  # noqa: E402
 
 

@@ -3,7 +3,7 @@ drafters): for each pair, Tandem's MTP with the full head and with the clustered
 step's cost against a target step, acceptance, decode tok/s with auto's draft length against
 no drafting), and llama.cpp's own draft-mtp (llama-server, one slot, draft lengths 3 and 8) on
 the same weights, whose build cannot load a drafter with a clustered head: it gets the file
-without it (engine/models/plain_drafter.py). Greedy, every reply checked against the baseline's.
+without it (engine/models/drafter_file.py). Greedy, every reply checked against the baseline's.
 
     .venv/bin/python scripts/bench_draft_head.py [--sizes e2b e4b] [--models DIR] [--max-tokens 128]
         [--threads 2] [--llama-server BINARY] [--json docs/figures/draft_head.json]
@@ -48,36 +48,32 @@ def tandem_rows(target, drafter, head: str, prompts, max_tokens: int, threads: i
         engine.close()
 
 
-def llama_rows(binary: str, target, drafter, prompts, max_tokens: int, threads: int) -> dict:
+def llama_rows(binary: str, target, plain, prompts, max_tokens: int, threads: int) -> dict:
     """llama-server's decode tok/s (its own timings, prefill excluded) without a drafter and
     with draft-mtp at each of LLAMA_KS, over the same prompts."""
     import httpx2 as httpx
 
-    from engine.models.plain_drafter import write_plain_drafter
-
     out = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        plain = write_plain_drafter(drafter, Path(scratch) / "drafter-plain.gguf")
-        for name, extra in [("none", [])] + [(f"draft-mtp k={k}", ["--model-draft", str(plain), "--spec-type",
-                                                                     "draft-mtp", "--spec-draft-n-max", str(k)])
-                                             for k in LLAMA_KS]:
-            port = free_port()
-            proc = serve(argparse.Namespace(gpu_layers=0), [binary, "-m", str(target), "--host", "127.0.0.1",
-                                                            "--port", str(port), "-c", "4096", "-t", str(threads),
-                                                            "-np", "1", "--no-webui", "-ngl", "0"] + extra, port)
-            try:
-                n = ms = drafted = accepted = 0
-                for p in prompts:
-                    messages = p.get("messages") or [{"role": "user", "content": p["prompt"]}]
-                    r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=600,
-                                   json={"messages": messages, "max_tokens": max_tokens,
-                                         "temperature": 0}).json()["timings"]
-                    n, ms = n + r["predicted_n"], ms + r["predicted_ms"]
-                    drafted, accepted = drafted + r.get("draft_n", 0), accepted + r.get("draft_n_accepted", 0)
-                out[name] = {"tps": round(n / ms * 1000, 1), "acceptance": round(accepted / drafted, 3) if drafted
-                             else None}
-            finally:
-                stop(proc)
+    for name, extra in [("none", [])] + [(f"draft-mtp k={k}", ["--model-draft", str(plain), "--spec-type",
+                                                                 "draft-mtp", "--spec-draft-n-max", str(k)])
+                                         for k in LLAMA_KS]:
+        port = free_port()
+        proc = serve(argparse.Namespace(gpu_layers=0), [binary, "-m", str(target), "--host", "127.0.0.1",
+                                                        "--port", str(port), "-c", "4096", "-t", str(threads),
+                                                        "-np", "1", "--no-webui", "-ngl", "0"] + extra, port)
+        try:
+            n = ms = drafted = accepted = 0
+            for p in prompts:
+                messages = p.get("messages") or [{"role": "user", "content": p["prompt"]}]
+                r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=600,
+                               json={"messages": messages, "max_tokens": max_tokens,
+                                     "temperature": 0}).json()["timings"]
+                n, ms = n + r["predicted_n"], ms + r["predicted_ms"]
+                drafted, accepted = drafted + r.get("draft_n", 0), accepted + r.get("draft_n_accepted", 0)
+            out[name] = {"tps": round(n / ms * 1000, 1), "acceptance": round(accepted / drafted, 3) if drafted
+                         else None}
+        finally:
+            stop(proc)
     return out
 
 
@@ -110,6 +106,7 @@ def main() -> int:
     import subprocess
 
     from engine.bench.side_by_side import load_prompts
+    from engine.models.drafter_file import write_plain_drafter
     from engine.testmodels import make_test_models
 
     prompts = load_prompts()
@@ -119,9 +116,13 @@ def main() -> int:
     data = {**provenance("scripts/bench_draft_head.py"), "max_tokens": args.max_tokens, "pairs": {}}
     for size in args.sizes:
         target, drafter = make_test_models(Path(args.models) / size, size, 1.0)
-        got = {head: tandem_rows(target, drafter, head, prompts, args.max_tokens, args.threads)
-               for head in ("full", "clustered")}
-        got["llama-server"] = llama_rows(binary, target, drafter, prompts, args.max_tokens, args.threads)
+        with tempfile.TemporaryDirectory() as scratch:
+            # the full head on the weights as llama.cpp's converter writes them (no centroids, rows in
+            # token order), as llama.cpp's draft-mtp gets them
+            plain = write_plain_drafter(drafter, Path(scratch) / "drafter-plain.gguf")
+            got = {"full": tandem_rows(target, plain, "full", prompts, args.max_tokens, args.threads),
+                   "clustered": tandem_rows(target, drafter, "clustered", prompts, args.max_tokens, args.threads),
+                   "llama-server": llama_rows(binary, target, plain, prompts, args.max_tokens, args.threads)}
         data["pairs"][size] = got
         print(f"{size}: {json.dumps(got)}", flush=True)
     print(markdown(data))

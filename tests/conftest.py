@@ -146,6 +146,21 @@ def real_vocab(models_dir, gemma4_vocab):
     return {"target": t, 0.7: d}
 
 
+@pytest.fixture(scope="session")
+def clustered(models_dir, gemma4_vocab):
+    """The real-vocabulary tiny pair with E2B/E4B's clustered head (2048 clusters, 32 scored):
+    drafters of agreement 0.7 with their head's rows stored by cluster (as Tandem writes them)
+    and in token order, sharing one target (engine/models/draft_head.py)."""
+    from engine.testmodels import make_test_models
+
+    out = models_dir / "clustered"
+    t, ordered = make_test_models(out, "tiny", 0.7, vocab="gemma4", n_centroids=2048)
+    flat = out / "in-token-order"
+    _, by_token = make_test_models(flat, "tiny", 0.7, vocab="gemma4", n_centroids=2048, ordered_head=False)
+    return {"target": t, "ordered": ordered, "by_token": by_token}
+
+
+
 def pytest_collection_modifyitems(items):
     """The files that hold slow tests first, each file's tests in their order: under `pytest -n`
     (--dist loadfile) each worker takes the next file, so a file of minutes started last would

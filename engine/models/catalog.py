@@ -32,6 +32,9 @@ class CatalogModel:
     shape: dict
     active_fraction: float = 1.0  # share of the target's bytes read per generated token
     mtp_note: str = ""  # said to the user where MTP gains little
+    # the drafter's published checkpoint (safetensors), where its clustered head's centroids are
+    # (E2B, E4B: engine/models/centroids.py); "": the drafter has none
+    assistant: str = ""
 
     def target_sources(self) -> list[Source]:
         return [s for s in self.sources if not s.drafter_only]
@@ -52,7 +55,8 @@ def load_catalog() -> list[CatalogModel]:
             context_length=int(m["context_length"]), draft_max=int(m["draft_max"]),
             quants={q: int(b) for q, b in m["quants"].items()}, sources=sources,
             drafter_bytes=int(m["drafter_bytes"]), shape=dict(m["shape"]),
-            active_fraction=float(m.get("active_fraction", 1.0)), mtp_note=m.get("mtp_note", "")))
+            active_fraction=float(m.get("active_fraction", 1.0)), mtp_note=m.get("mtp_note", ""),
+            assistant=m.get("assistant", "")))
     return out
 
 

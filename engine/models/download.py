@@ -54,6 +54,7 @@ class Plan:
     drafters: list  # RemoteFile candidates, best first
     notes: list  # what was tried and did not work, for the user
     projector: RemoteFile | None = None  # the vision/audio projector (mmproj) from the target's repository
+    assistant: str = ""  # the drafter's published checkpoint, where its cluster centroids are (or "")
 
 
 @dataclass
@@ -181,7 +182,8 @@ class Downloader:
         candidate of every source, best first (see Plan)."""
         if quant not in model.quants:
             raise DownloadError(f"{model.title} has no {quant} build here; choose one of {', '.join(model.quants)}")
-        return self._plan(list(model.sources), quant, model.title, own_repo_only=False)
+        return replace(self._plan(list(model.sources), quant, model.title, own_repo_only=False),
+                       assistant=model.assistant)
 
     def plan_repo(self, repo: str, quant: str) -> tuple[Plan, CatalogModel | None]:
         """Like llama.cpp's `-hf repo:quant`: the target from that repository, its drafter from
@@ -192,7 +194,8 @@ class Downloader:
         model = model_for_repo(repo)
         own = Source(repo, qat=is_qat(repo))
         others = [s for s in model.sources if s.repo.lower() != repo.lower()] if model else []
-        return self._plan([own] + others, quant, repo, own_repo_only=True), model
+        return replace(self._plan([own] + others, quant, repo, own_repo_only=True),
+                       assistant=model.assistant if model else ""), model
 
     def _plan(self, sources: list[Source], quant: str, title: str, own_repo_only: bool) -> Plan:
         notes: list[str] = []
@@ -379,13 +382,40 @@ class Downloader:
                 notes.append(f"{cand.repo}/{cand.path} is not usable: {e}")
                 _delete(d)
                 continue
-            drafter = d
+            drafter = self._with_clusters(d, plan.assistant, notes) if plan.assistant else d
             break
         if drafter is None:
             notes.append("no usable MTP drafter was found " + (
                 "(every candidate was refused)" if plan.drafters else "in any source") +
                 ", so MTP is off for this model: it runs at plain decoding speed")
         return PairDownload(t, drafter, notes, self._download_projector(projector, ti, notes, on_progress))
+
+    def _with_clusters(self, drafter: Path, repo: str, notes: list) -> Path:
+        """The drafter with its clustered head, from its published checkpoint (centroids.py), as
+        Tandem writes it (drafter_file.py) into its data folder; the drafter itself where it
+        has one already or none can be had (the notes say why: it drafts with the full head)."""
+        from .centroids import ClustersUnavailable, fetch_clusters
+        from .drafter_file import write_clustered_drafter
+        from .library import data_dir
+
+        info = read_gguf_info(drafter)
+        if info.head_tensors:
+            return drafter
+        st = drafter.stat()  # written once for each drafter file (where it is, its size and time)
+        key = hashlib.sha256(f"{drafter.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+        out = data_dir() / "drafters" / f"{drafter.stem}-{key}-clustered.gguf"
+        if out.exists():
+            return out
+        if offline_mode():
+            notes.append("offline: the drafter's clustered head is fetched when online; it drafts with the full head")
+            return drafter
+        try:
+            c = fetch_clusters(repo, info.n_vocab, info.n_embd, endpoint=self.endpoint, token=self.token,
+                               cache_dir=self.cache_dir)
+            return write_clustered_drafter(drafter, out, c.centroids, c.ordering, c.top_k)
+        except (ClustersUnavailable, OSError) as e:
+            notes.append(f"the drafter's clustered head: {e}; it drafts with the full head")
+            return drafter
 
     def _download_projector(self, f: RemoteFile | None, ti, notes: list, on_progress) -> Path | None:
         if f is None:

@@ -41,10 +41,15 @@ class PairDetails:
 OVERHEAD_BYTES = 1_500_000_000  # KV cache and buffers of a default-size context, roughly
 
 
-def default_path() -> Path:
+def data_dir() -> Path:
+    """Tandem's per-user data folder ($TANDEM_DATA_DIR, else where platformdirs says)."""
     from platformdirs import user_data_dir
 
-    return Path(os.environ.get("TANDEM_DATA_DIR") or user_data_dir("Tandem", appauthor=False)) / "models.json"
+    return Path(os.environ.get("TANDEM_DATA_DIR") or user_data_dir("Tandem", appauthor=False))
+
+
+def default_path() -> Path:
+    return data_dir() / "models.json"
 
 
 class Library:

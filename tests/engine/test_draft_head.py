@@ -26,19 +26,6 @@ OPTS = LoadOptions(n_ctx=2048, n_threads=1, cache_disk_mib=0)
 ASK = [{"role": "user", "content": "Write a Python function that reverses a list."}]
 
 
-@pytest.fixture(scope="module")
-def clustered(models_dir, gemma4_vocab):
-    """Drafters with a clustered head: agreement 0.7, rows stored by cluster (as Tandem writes
-    them) and in token order (as llama.cpp's converter would), sharing one target."""
-    from engine.testmodels import make_test_models
-
-    out = models_dir / "clustered"
-    t, ordered = make_test_models(out, "tiny", 0.7, vocab="gemma4", n_centroids=2048)
-    flat = out / "in-token-order"
-    _, by_token = make_test_models(flat, "tiny", 0.7, vocab="gemma4", n_centroids=2048, ordered_head=False)
-    return {"target": t, "ordered": ordered, "by_token": by_token}
-
-
 def load(pair, drafter="ordered", head="auto"):
     return Engine.load(pair["target"], pair[drafter], replace(OPTS, draft_head=head))
 
@@ -131,13 +118,14 @@ def test_a_damaged_ordering_falls_back_to_the_full_head_and_says_why(clustered, 
         e.close()
 
 
+@pytest.mark.slow  # llama-server on a 262k vocabulary: a minute
 def test_a_plain_copy_is_the_same_drafter_for_llama_cpps_own_build(clustered, tmp_path, llama_server_bin):
     """write_plain_drafter (benchmarks against llama-server on the same weights): without the
     clustered head's tensors, its head back in token order — the token-order file's rows byte for
     byte — and llama-server (llama.cpp's own build, which cannot load the original) drafts with it."""
     import gguf
 
-    from engine.models.plain_drafter import write_plain_drafter
+    from engine.models.drafter_file import write_plain_drafter
 
     from ..support.llamaserver import LlamaServer
 

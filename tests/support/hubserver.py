@@ -1,5 +1,5 @@
 """A local stand-in for the Hugging Face Hub: a real HTTP server on 127.0.0.1 that serves
-files the way the Hub does (file list API, HEAD with size and etag, ranged GET), plus
+files the way the Hub does (file list API, HEAD with size and etag, ranged GET: open or closed), plus
 switches to misbehave: gated repos, a connection dropped half-way, corrupted bytes, a
 size too large for the disk, slow transfers."""
 
@@ -117,19 +117,22 @@ class Hub:
                 sha = hashlib.sha256(data).hexdigest()
                 if key in hub.corrupt:
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
-                start = 0
+                start, end = 0, len(data) - 1  # a range's last byte, as HTTP counts it
                 rng = self.headers.get("Range")
                 if rng and rng.startswith("bytes="):
-                    start = int(rng[6:].split("-")[0] or 0)
-                body = data[start:]
-                self.send_response(206 if start else 200)
+                    first, _, last = rng[6:].partition("-")
+                    start = int(first or 0)
+                    end = min(int(last), end) if last else end
+                ranged = bool(rng) and (start or end < len(data) - 1)
+                body = data[start:end + 1]
+                self.send_response(206 if ranged else 200)
                 headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{sha}"'} | hub.header_override.get(key, {})
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(len(body)))
-                if start:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                if ranged:
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
                 self.end_headers()
                 if self.command == "HEAD":
                     return

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("name, script", [("agent_session.json", "bench_agent_session"),
                                           ("claude_code_session.json", "bench_agent_session"),
-                                          ("concurrency_26b_a4b.json", "bench_concurrency")])
+                                          ("concurrency_26b_a4b.json", "bench_concurrency"),
+                                          ("draft_head.json", "bench_draft_head")])
 def test_the_readme_tables_are_the_benchmark_files(name, script):
     """Each file's table (its script's `markdown`) is in the README, with the file's commit and date."""
     import importlib
