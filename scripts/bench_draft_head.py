@@ -7,8 +7,10 @@ without it (engine/models/drafter_file.py). Greedy, every reply checked against 
 
     .venv/bin/python scripts/bench_draft_head.py [--sizes e2b e4b] [--models DIR] [--max-tokens 128]
         [--threads 2] [--llama-server BINARY] [--json docs/figures/draft_head.json]
+        [--pair NAME TARGET DRAFTER]   # these files instead (repeatable)
 
-The pairs are make-test-models' shapes at full agreement, written into --models where missing.
+The pairs are make-test-models' shapes at full agreement, written into --models (a drafter
+each time, a target where missing).
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ def markdown(data: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["e2b", "e4b"])
+    ap.add_argument("--pair", nargs=3, action="append", metavar=("NAME", "TARGET", "DRAFTER"),
+                    help="measure these files instead of the sizes' pairs (repeatable)")
     ap.add_argument("--models", default=str(Path.home() / ".cache" / "tandem" / "bench-pairs"))
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
@@ -114,8 +118,8 @@ def main() -> int:
         ["bash", str(ROOT / "packaging" / "build-llama-server.sh")], capture_output=True, text=True,
         check=True).stdout.strip().splitlines()[-1]
     data = {**provenance("scripts/bench_draft_head.py"), "max_tokens": args.max_tokens, "pairs": {}}
-    for size in args.sizes:
-        target, drafter = make_test_models(Path(args.models) / size, size, 1.0)
+    pairs = args.pair or [(size, *make_test_models(Path(args.models) / size, size, 1.0)) for size in args.sizes]
+    for size, target, drafter in pairs:
         with tempfile.TemporaryDirectory() as scratch:
             # the full head on the weights as llama.cpp's converter writes them (no centroids, rows in
             # token order), as llama.cpp's draft-mtp gets them

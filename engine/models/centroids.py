@@ -9,13 +9,16 @@ once before anything is written (drafter_file.write_clustered_drafter)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import TandemError
+from .hub_errors import hub_error
 
 MAX_HEADER = 16 << 20  # a safetensors header of more is refused
 MAX_CENTROIDS = 64 << 20  # bytes: 2048 x 2048 float32 is 16 MB
@@ -91,8 +94,10 @@ def fetch_clusters(repo: str, n_vocab: int, width: int, revision: str | None = N
             arrays.append(a.reshape(shape))
     except ClustersUnavailable:
         raise
-    except Exception as e:  # the Hub's errors, a file that is not what it says
-        raise ClustersUnavailable(f"the clustered head of {repo} could not be read ({type(e).__name__}: {e})") from None
+    except (ValueError, KeyError, TypeError) as e:  # a file that is not what it says
+        raise ClustersUnavailable(f"{repo}'s checkpoint could not be read ({type(e).__name__}: {e})") from None
+    except Exception as e:  # the Hub's errors, in words
+        raise ClustersUnavailable(str(hub_error(e, repo))) from None
     centroids, ordering = arrays
     ordering = ordering.reshape(-1)
     if centroids.ndim != 2 or centroids.shape[1] != width or n_vocab % max(centroids.shape[0], 1):
@@ -104,3 +109,32 @@ def fetch_clusters(repo: str, n_vocab: int, width: int, revision: str | None = N
     if not 1 <= top_k <= centroids.shape[0]:
         raise ClustersUnavailable(f"{repo} scores {top_k} of its {centroids.shape[0]} clusters")
     return Clusters(centroids.astype(np.float32), ordering.astype(np.int32), top_k)
+
+
+def with_clusters(drafter: Path, repo: str, notes: list, endpoint=None, token=None, cache_dir=None,
+                  offline: bool = False) -> Path:
+    """The downloaded `drafter` with its clustered head from its published checkpoint `repo`,
+    as Tandem writes it (drafter_file.py) into its data folder, once for each drafter file; the
+    drafter itself where it has one already or none can be had (`notes` then say why: it drafts
+    with the full head)."""
+    from .drafter_file import write_clustered_drafter
+    from .gguf_info import read_gguf_info
+    from .library import data_dir
+
+    info = read_gguf_info(drafter)
+    if info.head_tensors:
+        return drafter
+    st = drafter.stat()  # the file by where it is, its size and time
+    key = hashlib.sha256(f"{drafter.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = data_dir() / "drafters" / f"{drafter.stem}-{key}-clustered.gguf"
+    if out.exists():
+        return out
+    if offline:
+        notes.append("offline: the drafter's clustered head is fetched when online; it drafts with the full head")
+        return drafter
+    try:
+        c = fetch_clusters(repo, info.n_vocab, info.n_embd, endpoint=endpoint, token=token, cache_dir=cache_dir)
+        return write_clustered_drafter(drafter, out, c.centroids, c.ordering, c.top_k)
+    except (ClustersUnavailable, OSError, ValueError) as e:
+        notes.append(f"the drafter's clustered head: {e}; it drafts with the full head")
+        return drafter

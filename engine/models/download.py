@@ -19,17 +19,15 @@ from typing import Callable
 
 from ..errors import TandemError
 from .catalog import REPO_RE, CatalogModel, Source, model_for_repo
+from .centroids import with_clusters
 from .gguf_info import TARGET_ARCH, check_drafter, check_target, read_gguf_info
+from .hub_errors import DownloadError, hub_error
 from .repo_files import base, drafter_files, is_projector, is_qat, pick_target, precision_rank
 
 DISK_MARGIN = 512 * 2**20  # keep this much free after a download
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 ETAG_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git blob sha1 or LFS sha256: a blob's file name
 PROBE_TIMEOUT_S = 10.0
-
-
-class DownloadError(TandemError):
-    pass
 
 
 class DownloadCancelled(DownloadError):
@@ -101,29 +99,6 @@ def _inside(path: Path, root: Path) -> Path:
     return path
 
 
-def _hub_error(e: Exception, repo: str) -> DownloadError:
-    """Turn huggingface_hub's exceptions into one line a user can act on."""
-    from huggingface_hub import errors
-
-    if isinstance(e, errors.GatedRepoError):
-        return DownloadError(
-            f"{repo} is gated: accept its licence on huggingface.co, then log in with "
-            "`hf auth login` (or set HF_TOKEN) and try again")
-    if isinstance(e, errors.RepositoryNotFoundError):
-        return DownloadError(f"{repo} was not found on the Hub (or it is private and no token is set)")
-    if isinstance(e, errors.RemoteEntryNotFoundError):
-        return DownloadError(f"a file is missing from {repo}: {e}")
-    if isinstance(e, errors.OfflineModeIsEnabled) or isinstance(e, errors.LocalEntryNotFoundError):
-        return DownloadError("offline (HF_HUB_OFFLINE is set, or the Hub cannot be reached) and the "
-                             "file is not in the local cache")
-    if isinstance(e, errors.HfHubHTTPError):
-        code = getattr(getattr(e, "response", None), "status_code", None)
-        if code == 401:
-            return DownloadError(f"{repo} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN")
-        return DownloadError(f"the Hub refused the request for {repo} ({code}): {str(e).splitlines()[0]}")
-    return DownloadError(f"download from {repo} failed: {type(e).__name__}: {e}")
-
-
 class Downloader:
     def __init__(self, endpoint: str | None = None, token: str | None = None, folder: str | Path | None = None,
                  cache_dir: str | Path | None = None):
@@ -155,7 +130,7 @@ class Downloader:
                 sha = f.lfs.sha256 if getattr(f, "lfs", None) else None
                 out.append(RemoteFile(repo, f.path, int(f.size), sha))
         except Exception as e:
-            raise _hub_error(e, repo) from None
+            raise hub_error(e, repo) from None
         # The listing comes from outside: a name with `..` or an absolute path would write
         # outside the download folder, and a hub that sends one is not to be trusted at all.
         for f in out:
@@ -182,8 +157,7 @@ class Downloader:
         candidate of every source, best first (see Plan)."""
         if quant not in model.quants:
             raise DownloadError(f"{model.title} has no {quant} build here; choose one of {', '.join(model.quants)}")
-        return replace(self._plan(list(model.sources), quant, model.title, own_repo_only=False),
-                       assistant=model.assistant)
+        return self._plan(list(model.sources), quant, model.title, False, model.assistant)
 
     def plan_repo(self, repo: str, quant: str) -> tuple[Plan, CatalogModel | None]:
         """Like llama.cpp's `-hf repo:quant`: the target from that repository, its drafter from
@@ -194,10 +168,9 @@ class Downloader:
         model = model_for_repo(repo)
         own = Source(repo, qat=is_qat(repo))
         others = [s for s in model.sources if s.repo.lower() != repo.lower()] if model else []
-        return replace(self._plan([own] + others, quant, repo, own_repo_only=True),
-                       assistant=model.assistant if model else ""), model
+        return self._plan([own] + others, quant, repo, True, model.assistant if model else ""), model
 
-    def _plan(self, sources: list[Source], quant: str, title: str, own_repo_only: bool) -> Plan:
+    def _plan(self, sources: list[Source], quant: str, title: str, own_repo_only: bool, assistant: str) -> Plan:
         notes: list[str] = []
         listings: dict[str, list[RemoteFile] | None] = {}
 
@@ -235,7 +208,7 @@ class Downloader:
                 ranked.append(((mismatch, i, precision_rank(f.path), len(f.path), f.path), f))
         projectors = [f for f in listing(target_src) or [] if is_projector(f.path) and base(f.path).endswith(".gguf")]
         projector = min(projectors, key=lambda f: (precision_rank(f.path), len(f.path), f.path)) if projectors else None
-        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes, projector)
+        return Plan(target, [f for _, f in sorted(ranked, key=lambda x: x[0])], notes, projector, assistant)
 
     # ---- downloading -----------------------------------------------------------------
     def check_space(self, files: list[RemoteFile]) -> None:
@@ -276,7 +249,7 @@ class Downloader:
             meta = get_hf_file_metadata(hf_hub_url(f.repo, f.path, endpoint=self.endpoint), token=self.token,
                                         endpoint=self.endpoint)
         except Exception as e:
-            raise _hub_error(e, f.repo) from None
+            raise hub_error(e, f.repo) from None
         size = meta.size if meta.size is not None else f.size
         final, blob = self._destination(f, meta)
         if final.exists() and final.stat().st_size == size:
@@ -298,7 +271,7 @@ class Downloader:
         except Exception as e:
             if self._cancel.is_set():
                 raise DownloadCancelled("download cancelled; it resumes where it stopped next time") from None
-            raise _hub_error(e, f.repo) from None
+            raise hub_error(e, f.repo) from None
         self.verify(part, replace(f, size=size))
         os.replace(part, blob)
         if final != blob:
@@ -382,40 +355,14 @@ class Downloader:
                 notes.append(f"{cand.repo}/{cand.path} is not usable: {e}")
                 _delete(d)
                 continue
-            drafter = self._with_clusters(d, plan.assistant, notes) if plan.assistant else d
+            drafter = with_clusters(d, plan.assistant, notes, self.endpoint, self.token, self.cache_dir,
+                                    offline_mode()) if plan.assistant else d
             break
         if drafter is None:
             notes.append("no usable MTP drafter was found " + (
                 "(every candidate was refused)" if plan.drafters else "in any source") +
                 ", so MTP is off for this model: it runs at plain decoding speed")
         return PairDownload(t, drafter, notes, self._download_projector(projector, ti, notes, on_progress))
-
-    def _with_clusters(self, drafter: Path, repo: str, notes: list) -> Path:
-        """The drafter with its clustered head, from its published checkpoint (centroids.py), as
-        Tandem writes it (drafter_file.py) into its data folder; the drafter itself where it
-        has one already or none can be had (the notes say why: it drafts with the full head)."""
-        from .centroids import ClustersUnavailable, fetch_clusters
-        from .drafter_file import write_clustered_drafter
-        from .library import data_dir
-
-        info = read_gguf_info(drafter)
-        if info.head_tensors:
-            return drafter
-        st = drafter.stat()  # written once for each drafter file (where it is, its size and time)
-        key = hashlib.sha256(f"{drafter.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
-        out = data_dir() / "drafters" / f"{drafter.stem}-{key}-clustered.gguf"
-        if out.exists():
-            return out
-        if offline_mode():
-            notes.append("offline: the drafter's clustered head is fetched when online; it drafts with the full head")
-            return drafter
-        try:
-            c = fetch_clusters(repo, info.n_vocab, info.n_embd, endpoint=self.endpoint, token=self.token,
-                               cache_dir=self.cache_dir)
-            return write_clustered_drafter(drafter, out, c.centroids, c.ordering, c.top_k)
-        except (ClustersUnavailable, OSError) as e:
-            notes.append(f"the drafter's clustered head: {e}; it drafts with the full head")
-            return drafter
 
     def _download_projector(self, f: RemoteFile | None, ti, notes: list, on_progress) -> Path | None:
         if f is None:

@@ -274,7 +274,8 @@ LOAD_SCRIPT = (".venv/bin/python scripts/bench_concurrency.py -m 26b-a4b-target.
                "--levels 1 4 8 --fixed 1 2 3 --threads 2 --rounds 3 --json docs/figures/concurrency_26b_a4b.json")
 GPU_BENCH = 'LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--out gpu-bench]'
 GPU_BENCH_CPU = 'bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]'
-RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU}
+HEAD_SCRIPT = ".venv/bin/python scripts/bench_draft_head.py [--sizes e2b e4b] --json docs/figures/draft_head.json"
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU, HEAD_SCRIPT}
 IN_PROSE = {LOAD}  # run too, though the README names it in its text (as URL), not in a block
 
 
@@ -340,6 +341,27 @@ def test_load_benchmark_script(place, tiny, llama_server_bin):
 
     table = markdown(json.loads(out.read_text("utf-8")))  # the file the README's table comes from
     assert table.count("\n") == 8 and "| Tandem serve, MTP k=3 |" in table
+
+
+def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_path):
+    """The README's clustered-head benchmark as it runs, on the tiny pair with a clustered head in
+    place of the sizes' pairs (--pair), 8 tokens: both heads and llama-server's three, one table."""
+    out = tmp_path / "draft_head.json"
+    args = shlex.split(concrete(HEAD_SCRIPT, **{"docs/figures/draft_head.json": str(out)}))
+    assert args[:2] == [".venv/bin/python", "scripts/bench_draft_head.py"]
+    r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--pair", "tiny", str(clustered["target"]),
+                        str(clustered["ordered"]), "--max-tokens", "8", "--llama-server", llama_server_bin],
+                       cwd=place["work"], env=place["env"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sys.path.insert(0, str(ROOT))
+    from scripts.bench_draft_head import markdown
+
+    data = json.loads(out.read_text("utf-8"))
+    got = data["pairs"]["tiny"]
+    assert got["full"]["head"].startswith("full") and got["clustered"]["head"].startswith("clustered: 32 of 2,048")
+    assert got["full"]["identical"] == got["clustered"]["identical"] == got["clustered"]["prompts"]
+    assert set(got["llama-server"]) == {"none", "draft-mtp k=3", "draft-mtp k=8"}
+    assert markdown(data) in r.stdout and markdown(data).count("\n") == 4
 
 
 def test_gpu_benchmark_script(place, llama_server_bin, tmp_path):
