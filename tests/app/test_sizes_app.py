@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.shaped import SIZES, shaped_pair
+from ..support.shaped import SIZES, one_loaded, shaped_pair
 from ..support.window import BIG_TIMEOUT, compare, make_window
 
 pytestmark = pytest.mark.slow
@@ -15,6 +15,11 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_each_size_loads_in_the_window_and_compares_identically(qtbot, tmp_path, size):
     target, drafter = shaped_pair(size)
+    with one_loaded():
+        _load_and_compare(qtbot, tmp_path, target, drafter)
+
+
+def _load_and_compare(qtbot, tmp_path, target, drafter):
     w = make_window(qtbot, tmp_path, target, drafter, timeout=BIG_TIMEOUT, max_tokens=16, threads=2)
     try:
         info = w.session.model_info

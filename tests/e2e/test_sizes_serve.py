@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from ..support.serve import Serve
-from ..support.shaped import SIZES, shaped_pair
+from ..support.shaped import SIZES, one_loaded, shaped_pair
 from ..support.tool_schemas import ASK as TOOL_ASK
 from ..support.tool_schemas import TOOLS
 
@@ -24,6 +24,13 @@ ASK = [{"role": "user", "content": "Write a Python function that reverses a list
 @pytest.mark.parametrize("size", SIZES)
 def test_each_size_serves_mtp_replies_equal_to_plain_decoding(size):
     target, drafter = shaped_pair(size)
+    with one_loaded():
+        n_ctx, out = _serve_and_ask(target, drafter)
+    assert f"a context of {n_ctx:,} tokens" in out  # and says so
+
+
+def _serve_and_ask(target, drafter):
+    """(the context tandem serve chose, what it printed) after the checks on its replies."""
     s = Serve({"target": target, 0.7: drafter}, "--threads", "2", "--draft-max", "3", ctx=None)
     try:
         props = httpx.get(f"http://127.0.0.1:{s.port}/props", timeout=10).json()
@@ -50,4 +57,4 @@ def test_each_size_serves_mtp_replies_equal_to_plain_decoding(size):
         jsonschema.validate(json.loads(got[0][1]), schema)
     finally:
         s.stop()
-    assert f"a context of {n_ctx:,} tokens" in s.proc.stdout.read().decode(errors="replace")  # and says so
+    return n_ctx, s.proc.stdout.read().decode(errors="replace")

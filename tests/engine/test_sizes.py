@@ -18,7 +18,7 @@ import pytest
 from engine.local.engine import Engine, GenerationConfig
 from engine.local.runtime import LoadOptions
 
-from ..support.shaped import SIZES, shaped_pair
+from ..support.shaped import SIZES, one_loaded, shaped_pair
 from .test_batching import run_together, same_or_near_tie
 
 pytestmark = pytest.mark.slow
@@ -35,10 +35,11 @@ def shaped(request):
     large enough that the conftest's one thread per engine would only slow them)."""
     size = request.param
     target, drafter = shaped_pair(size)
-    engine = Engine.load(target, drafter, replace(OPTS, n_seq=4))
-    engine.paths = (target, drafter)
-    yield size, engine
-    engine.close()
+    with one_loaded():
+        engine = Engine.load(target, drafter, replace(OPTS, n_seq=4))
+        engine.paths = (target, drafter)
+        yield size, engine
+        engine.close()
 
 
 def chat(engine, ask: str) -> list[int]:

@@ -1,7 +1,7 @@
 """The shaped test pairs of every Gemma 4 size (`tandem make-test-models --size`,
 engine/testmodels/writer.py), written once per machine into ~/.cache/tandem/shaped and again
 whenever the writer's code changes; the engine's, the server's and the window's size tests
-share them."""
+share them. One of them is loaded at a time on this machine (`one_loaded`)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,11 @@ def shaped_pair(size: str) -> tuple[Path, Path]:
         if not (target.exists() and drafter.exists()):
             target, drafter = make_test_models(where, size, 1.0)
     return target, drafter
+
+
+def one_loaded():
+    """Held while a test has a shaped pair loaded, across the suite's workers: the memory plan
+    gives the 31B shape 16.9 GB at its 32,768-token context, and two big pairs loaded at once by
+    two workers, each seeing the memory free before the other took it, ran a 23 GB machine out of
+    memory (the kernel killed a worker)."""
+    return once("shaped-loaded")
