@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gguf
 import numpy as np
 
 from ..errors import ModelFileError
@@ -23,7 +24,6 @@ AUTO, FULL, CLUSTERED = "auto", "full", "clustered"
 HEADS = (AUTO, FULL, CLUSTERED)
 DEFAULT_TOP_K = 32  # the published assistants' centroid_intermediate_top_k
 ENV = "TANDEM_DRAFT_HEAD"  # what the patched graph reads when the drafter loads
-_I32 = 26  # ggml's GGML_TYPE_I32
 _NOT_WEIGHTS = {24, 25, 26, 27, 28}  # I8, I16, I32, I64, F64: no matrix product takes them
 
 
@@ -73,7 +73,7 @@ def ordering_problem(info: GGUFInfo) -> str | None:
     if order is None:
         return f"it has no {HEAD_TENSORS[1]}"
     dims, ttype, at = order
-    if tuple(dims) != (info.n_vocab,) or ttype != _I32:
+    if tuple(dims) != (info.n_vocab,) or ttype != gguf.GGMLQuantizationType.I32:
         return "its ordering is not one 32-bit token id per token"
     try:
         ids = np.fromfile(info.path, dtype="<i4", count=info.n_vocab, offset=at)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import gguf
 import numpy as np
 
 from .gguf_info import HEAD_TENSORS
@@ -22,8 +23,8 @@ from .gguf_info import HEAD_TENSORS
 ORDERED_KEY = "gemma4-assistant.masked_embd_ordered"
 TOP_K_KEY = "gemma4-assistant.centroid_intermediate_top_k"
 _CHUNK = 64 << 20
-_U32, _BOOL = 4, 7  # GGUF value types
-_F32, _I32 = 0, 26  # ggml tensor types
+_U32, _BOOL = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.BOOL
+_F32, _I32 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.I32
 
 
 def _entry_bytes(field) -> int:
