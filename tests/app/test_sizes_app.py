@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.shaped import SIZES, one_loaded, shaped_pair
+from ..support.shaped import SIZES, WAIT_AND_RUN, one_loaded, shaped_pair
 from ..support.window import BIG_TIMEOUT, compare, make_window
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(WAIT_AND_RUN)]
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -13,11 +13,11 @@ import openai
 import pytest
 
 from ..support.serve import Serve
-from ..support.shaped import SIZES, one_loaded, shaped_pair
+from ..support.shaped import SIZES, WAIT_AND_RUN, one_loaded, shaped_pair
 from ..support.tool_schemas import ASK as TOOL_ASK
 from ..support.tool_schemas import TOOLS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(WAIT_AND_RUN)]
 ASK = [{"role": "user", "content": "Write a Python function that reverses a list."}]
 
 

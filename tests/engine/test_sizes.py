@@ -18,10 +18,10 @@ import pytest
 from engine.local.engine import Engine, GenerationConfig
 from engine.local.runtime import LoadOptions
 
-from ..support.shaped import SIZES, one_loaded, shaped_pair
+from ..support.shaped import SIZES, WAIT_AND_RUN, one_loaded, shaped_pair
 from .test_batching import run_together, same_or_near_tie
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(WAIT_AND_RUN)]
 OPTS = LoadOptions(n_ctx=4096, n_batch=128, n_ubatch=128, n_threads=2, cache_disk_mib=0)
 WINDOW_SIZES = {"e4b", "26b-a4b"}  # a 512 window with KV-sharing layers; a 1024 one
 ASKS = ["Write a Python function that reverses a list.", "What is the capital of France?",

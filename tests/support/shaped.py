@@ -11,6 +11,8 @@ from pathlib import Path
 from .once import once
 
 SIZES = ["e4b", "12b", "26b-a4b", "31b"]
+# a size test's time limit: its turn at one_loaded (a wait of 311 s was seen under 3 workers) and its run
+WAIT_AND_RUN = 1800
 
 
 def _writer_key() -> str:
