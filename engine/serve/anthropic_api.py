@@ -11,8 +11,9 @@ assistant's `thinking` blocks are left out (Gemma 4's template drops earlier thi
 `thinking: {"type": "enabled"}` turns on Gemma 4's thinking channel, which comes back as
 thinking blocks (with an empty signature: nothing is signed here). Fields that do not change
 the answer (metadata, cache_control, context_management, service_tier) are accepted; blocks
-and tools Tandem cannot honour (documents, MCP servers, Anthropic-defined client tools) are
-refused by name; server tools Anthropic runs (web search, web fetch, code execution) are left
+and tools Tandem cannot honour (documents, MCP servers, containers, Anthropic-defined client
+tools, a tool without input_schema) are refused by name, as is a tool_use the next message does
+not answer (chat_messages.py checks it for every API); server tools Anthropic runs (web search, web fetch, code execution) are left
 out of what the model is offered (hosted_tools.py).
 """
 
@@ -27,6 +28,7 @@ from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
 from . import anthropic_shapes as an
+from . import chat_messages as cm
 from . import request as rq
 from .admission import ServerState, watched
 from .choice import Choice, off_loop, open_chat
@@ -35,6 +37,9 @@ from .hosted_tools import MESSAGES_HOSTED, is_hosted
 from .llama_api import count_prompt
 from .openai_shapes import Timings
 from .request import ChatRequest, TandemOptions, _Loose
+
+
+MIN_THINKING_BUDGET = 1024  # Anthropic's least budget_tokens
 
 
 class MessagesRequest(_Loose):
@@ -52,6 +57,8 @@ class MessagesRequest(_Loose):
     stream: bool = False
     metadata: dict | None = None
     mcp_servers: list | None = None  # refused when given: Tandem connects no MCP servers for a request
+    container: Any = None  # refused when given: no code execution containers here
+    service_tier: str | None = None  # a hint: one tier here
     # llama-server's `timings` (with Tandem's draft counts) are not Anthropic's: only when asked
     timings_per_token: bool = False
     tandem: TandemOptions | None = None
@@ -94,21 +101,23 @@ def _tool_result(block: dict, where: str) -> dict:
     return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
 
 
-def _message(m: dict, i: int) -> list[dict]:
+def _message(m: dict, i: int) -> tuple[list[dict], list[cm.Origin]]:
     """One Anthropic message as OpenAI chat messages (a user's tool results become tool messages,
-    which come first: they answer the calls of the assistant message before)."""
+    which come first: they answer the calls of the assistant message before), and where each
+    came from (cm.Origin: a refusal names the message and block)."""
     where = f"messages[{i}]"
     role, content = m.get("role"), m.get("content")
     if role == "system":  # Claude Code's mid-conversation system messages (a beta of its own)
-        return [{"role": "system", "content": _text(content, f"{where}.content")}]
+        return [{"role": "system", "content": _text(content, f"{where}.content")}], [cm.Origin(where)]
     if role not in ("user", "assistant"):
         raise ApiError(400, f"{where}.role must be 'user', 'assistant' or 'system', got {str(role)[:40]!r}",
                        param=f"{where}.role")
     if isinstance(content, str):
-        return [{"role": role, "content": content}]
+        return [{"role": role, "content": content}], [cm.Origin(where)]
     if not isinstance(content, list):
         raise ApiError(400, f"{where}.content must be text or a list of content blocks", param=f"{where}.content")
     parts, calls, results, thought = [], [], [], []
+    origins, call_at = [], []  # where each result and each call is
     for j, b in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = b.get("type") if isinstance(b, dict) else None
@@ -119,8 +128,10 @@ def _message(m: dict, i: int) -> list[dict]:
         elif kind == "tool_use" and role == "assistant":
             calls.append({"id": b.get("id"), "type": "function",
                           "function": {"name": b.get("name"), "arguments": b.get("input") or {}}})
+            call_at.append(at)
         elif kind == "tool_result" and role == "user":
             results.append(_tool_result(b, at))
+            origins.append(cm.Origin(at, answers_at=f"{at}.tool_use_id"))
         elif kind == "thinking" and role == "assistant":
             # the message's reasoning, as llama-server maps it: the template decides what it shows
             # (Gemma 4's: the thinking of tool-calling turns since the last user message)
@@ -139,7 +150,8 @@ def _message(m: dict, i: int) -> list[dict]:
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
-    return out
+        origins.append(cm.Origin(where, tuple(call_at)))
+    return out, origins
 
 
 def _tools(tools: list[dict] | None, left_out: list[str]) -> list[dict] | None:
@@ -156,8 +168,11 @@ def _tools(tools: list[dict] | None, left_out: list[str]) -> list[dict] | None:
         if kind not in (None, "custom"):
             raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:60]!r} are not supported; declare your own "
                                 "tools with name, description and input_schema", param=f"tools[{i}].type")
+        if not isinstance(t.get("input_schema"), dict):
+            raise ApiError(400, f"tools[{i}].input_schema: Field required (a JSON schema of the tool's input)",
+                           param=f"tools[{i}].input_schema")
         out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
-                                                     "parameters": t.get("input_schema") or {"type": "object"}}})
+                                                     "parameters": t["input_schema"]}})
     return out
 
 
@@ -185,7 +200,10 @@ def _thinking(thinking: dict | None, max_tokens: int | None) -> bool:
     if kind not in ("enabled", "adaptive"):
         raise ApiError(400, "thinking.type must be 'enabled', 'adaptive' or 'disabled'", param="thinking.type")
     budget = thinking.get("budget_tokens")
-    if kind == "enabled" and max_tokens is not None and isinstance(budget, int) and budget >= max_tokens:
+    if kind == "enabled" and budget is not None and (type(budget) is not int or budget < MIN_THINKING_BUDGET):
+        raise ApiError(400, f"thinking.budget_tokens must be an integer of at least {MIN_THINKING_BUDGET}",
+                       param="thinking.budget_tokens")
+    if kind == "enabled" and max_tokens is not None and budget is not None and budget >= max_tokens:
         raise ApiError(400, "thinking.budget_tokens must be less than max_tokens", param="thinking.budget_tokens")
     return True  # Gemma 4 thinks until it is done; max_tokens bounds thinking and answer together
 
@@ -195,13 +213,18 @@ def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
     if req.mcp_servers:
         raise ApiError(400, "mcp_servers is not supported: Tandem connects no MCP servers for a request; declare "
                             "their tools in tools", param="mcp_servers")
-    messages = []
+    if req.container is not None:
+        raise ApiError(400, "container is not supported: no code runs in a container here", param="container")
+    messages, origins = [], []
     if req.system:
         messages.append({"role": "system", "content": _text(req.system, "system")})
+        origins.append(cm.Origin("system"))
     for i, m in enumerate(req.messages):
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object", param=f"messages[{i}]")
-        messages += _message(m, i)
+        these, where = _message(m, i)
+        messages += these
+        origins += where
     if not messages:
         raise ApiError(400, "messages: at least one message is needed", param="messages")
     thinking = _thinking(req.thinking, req.max_tokens)
@@ -216,7 +239,7 @@ def chat_request(req: MessagesRequest) -> tuple[ChatRequest, bool]:
         if value is not None:
             body[name] = value
     chat = rq.translated(ChatRequest, body)
-    chat._hosted_left_out = left_out
+    chat._hosted_left_out, chat._origins = left_out, origins
     return chat, thinking
 
 
@@ -244,7 +267,7 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         chat, thinking = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        msgs = await off_loop(rq.messages, chat, engine)
+        msgs = await off_loop(cm.messages, chat, engine)
         return an.TokenCount(input_tokens=await off_loop(count_prompt, engine, msgs, thinking, tools.tools))
 
     @r.post("/v1/messages")

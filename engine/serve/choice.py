@@ -15,6 +15,7 @@ from typing import AsyncIterator, Callable
 from fastapi import Request
 
 from .admission import ServerState, api_of, generate
+from . import chat_messages as cm
 from . import request as rq
 from .errors import ApiError, from_exception
 from .openai_shapes import Timings
@@ -143,7 +144,7 @@ async def open_chat(state: ServerState, request: Request, chat: ChatRequest, thi
     """A chat request (what the Messages and Responses APIs are translated into) opened as one
     choice: its messages (pictures decoded off the event loop), tools and settings checked."""
     engine = state.engine()
-    msgs = await off_loop(rq.messages, chat, engine)
+    msgs = await off_loop(cm.messages, chat, engine)
     tools = rq.tool_use(chat, engine, thinking)
     cfg = rq.config(engine, chat, "chat", state.draft_max, tools.grammar)
     if chat._hosted_left_out:

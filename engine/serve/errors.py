@@ -16,7 +16,7 @@ from ..errors import ContextOverflowError, ModelUnloaded, TandemError
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
                    429: "rate_limit_error", 499: "invalid_request_error", 500: "api_error",
-                   503: "overloaded_error"}
+                   503: "overloaded_error", 408: "timeout_error"}
 
 
 class ApiError(Exception):
@@ -27,6 +27,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
         self.extra = extra or {}
+
+
+def unsupported(field: str, why: str = "") -> ApiError:
+    return ApiError(400, f"{field!r} is not supported by tandem serve{': ' + why if why else ''}; leave it out",
+                    code="unsupported_parameter", param=field)
 
 
 class ClientGone(Exception):

@@ -8,6 +8,7 @@ streaming response, and a generation nobody reads must stop at once.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 from urllib.parse import urlsplit
@@ -17,6 +18,8 @@ from .errors import ApiError, error_response
 MAX_BODY_BYTES = 4 * 2**20
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 HEADER_TIMEOUT_S = 10.0  # a connection whose request headers are not in by then is closed
+# and a body not in by then, once its headers are, is a 408 (4 MB at 1 Mbit/s takes 34 s)
+BODY_TIMEOUT_S = 60.0
 # --cors localhost (llama-server's word): a page served from this computer, on any port
 LOOPBACK_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
@@ -117,10 +120,12 @@ class BodyLimit:
     """Refuse request bodies over `limit` bytes (413), by Content-Length or as they arrive
     (a chunked body has none), before the application sees them: the body is read here (at
     most `limit` bytes) and handed on whole, since an error raised while the application reads
-    would reach the client as FastAPI's 400 "error parsing the body"."""
+    would reach the client as FastAPI's 400 "error parsing the body". A body that is not all in
+    within `timeout` seconds is a 408: a client sending a byte now and then would hold its
+    connection, and its place in the server, for ever."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, timeout: float = BODY_TIMEOUT_S):
+        self.app, self.limit, self.timeout = app, limit, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -130,18 +135,17 @@ class BodyLimit:
                             "invalid_request_error", "request_too_large")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
             return await too_large(scope, receive, send)
-        chunks, total = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            total += len(chunks[-1])
-            if total > self.limit:
-                return await too_large(scope, receive, send)
-            if not message.get("more_body", False):
-                break
-        body, replayed = b"".join(chunks), False
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self._read(receive)
+        except TimeoutError:
+            return await _refuse(scope, 408, f"The request body did not arrive within {self.timeout:g} s",
+                                 "invalid_request_error", "request_timeout")(scope, receive, send)
+        if body is None:  # the client went away
+            return
+        if len(body) > self.limit:
+            return await too_large(scope, receive, send)
+        replayed = False
         headers = dict(scope.get("headers") or [])
         if body.lstrip()[:1] == b"{" and b"json" not in headers.get(b"content-type", b""):
             # `curl -d '{...}'` says form data; the body is JSON, as llama-server reads it too
@@ -156,6 +160,18 @@ class BodyLimit:
             return await receive()  # then: the disconnect, when it comes
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive) -> bytes | None:
+        """The body, or None if the client went away; at most one chunk past the limit."""
+        chunks, total = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.limit or not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 def add_middlewares(app, api_key: str | None, origins: Origins, max_body: int, host: str | list[str]) -> None:

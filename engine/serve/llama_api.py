@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import Field
 
+from . import chat_messages as cm
 from . import request as rq
 from .admission import ServerState
 from .choice import off_loop
@@ -107,7 +108,7 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         if rq.picture_parts(req):  # before any is decoded
             raise ApiError(400, "apply-template renders text; leave pictures out", param="messages")
-        messages, thinking = await off_loop(rq.messages, req, engine), rq.thinking(req)
+        messages, thinking = await off_loop(cm.messages, req, engine), rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
         prompt = await off_loop(lambda: engine.template.render(messages, True, thinking, tools=tools.tools))
         return {"prompt": prompt}
@@ -116,7 +117,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/chat/completions/input_tokens")
     async def chat_input_tokens(req: ChatRequest):
         engine = state.engine()
-        messages, thinking = await off_loop(rq.messages, req, engine), rq.thinking(req)
+        messages, thinking = await off_loop(cm.messages, req, engine), rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
         n = await off_loop(count_prompt, engine, messages, thinking, tools.tools)
         return {"object": "response.input_tokens", "input_tokens": n}

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from . import openai_shapes as oa
+from . import chat_messages as cm
 from . import request as rq
 from .admission import ServerState, admit, watched
 from .choice import Choice, chat_start, merged, off_loop, open_together
@@ -52,7 +53,7 @@ def router(state: ServerState) -> APIRouter:
     @r.post("/chat/completions")
     async def chat(req: ChatRequest, request: Request):
         engine = state.engine()
-        messages = await off_loop(rq.messages, req, engine)  # pictures are decoded there
+        messages = await off_loop(cm.messages, req, engine)  # pictures are decoded there
         thinking = rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
         cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)

@@ -25,10 +25,11 @@ def check_pictures(req, engine) -> None:
     if not n:
         return
     projector = getattr(engine, "projector", None)
+    field = req._list_name  # "messages", or "input" for a Responses request
     if projector is None or not projector.vision:
-        raise ApiError(400, "this model has no projector (mmproj) loaded: it cannot read pictures", param="messages")
+        raise ApiError(400, "this model has no projector (mmproj) loaded: it cannot read pictures", param=field)
     if n > MAX_PICTURES:
-        raise ApiError(400, f"messages: {n} pictures in one request; at most {MAX_PICTURES}", param="messages")
+        raise ApiError(400, f"{field}: {n} pictures in one request; at most {MAX_PICTURES}", param=field)
 
 
 def picture(image_url, where: str, budget: list[int]):

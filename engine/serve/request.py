@@ -5,18 +5,18 @@ answer is either honoured or refused with a 400 that names it; none is silently 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ..generation import MAX_LOGPROBS, GenerationConfig, check_draft_length, choose_spec
 from ..sampling import SamplingParams
 from ..gemma4.call_grammar import calls_grammar, check_tools
 from ..gemma4.calls import ToolError
-from .errors import ApiError
-from .pictures import MAX_REQUEST_PIXELS, check_pictures, picture, picture_parts  # noqa: F401 (picture_parts: for the routes)
+from .errors import ApiError, unsupported
+from .chat_messages import Origin
+from .pictures import picture_parts  # noqa: F401 (for the routes)
 
 MAX_CHOICES = 16  # n: choices of one request, decoded together (one sequence each)
 # Stop strings are checked against the text at every token: a few short ones (OpenAI allows 4;
@@ -25,12 +25,42 @@ MAX_STOPS, MAX_STOP_CHARS = 16, 256
 
 
 # ---- request shapes (unknown fields are accepted and ignored, as OpenAI clients send many) ----
+# strict: a value of the wrong JSON type is a 400 naming the field, not coerced (`max_tokens: true`
+# was taken as 1, `stream: "yes"` as true); an integer is still taken where a number is asked
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data):
+        if (at := lone_surrogate(data)) is not None:
+            raise ApiError(400, f"{at or 'the body'}: the text holds a lone UTF-16 surrogate (an escape such as "
+                                "\\ud800 without its pair), which is no character; send valid Unicode", param=at or None)
+        return data
+
+
+def lone_surrogate(value, at: str = "") -> str | None:
+    """Where in a JSON value a string (or key) holds a lone surrogate, which JSON's escapes allow
+    and UTF-8 cannot encode (the tokenizer failed on it with Python's own words), or None."""
+    todo = [(at, value)]
+    while todo:
+        at, v = todo.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return at
+        elif isinstance(v, dict):
+            todo += [(f"{at}.{k}" if at else str(k), x) for k, x in v.items()]
+            todo += [(at, k) for k in v if isinstance(k, str)]
+        elif isinstance(v, list):
+            todo += [(f"{at}[{i}]", x) for i, x in enumerate(v)]
+    return None
 
 
 class TandemOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # Tandem's own few options: a misspelt one is a 400, not ignored
+    # Tandem's own few options: a misspelt one is a 400, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     mtp: bool | None = None
     draft_max: int | str | None = None
@@ -68,7 +98,7 @@ class Sampling(_Loose):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None  # token id (as text) -> -100..100
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-1, lt=2**64)  # -1: a random one, as llama-server takes it
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, decoded together
     logprobs: bool | int | None = None  # chat: true/false; completions: how many alternatives
@@ -93,9 +123,12 @@ class Sampling(_Loose):
 
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    # the hosted tools the Messages or Responses request named, left out (hosted_tools.py);
-    # private: not a field a client can send
+    # the hosted tools the Messages or Responses request named, left out (hosted_tools.py), and
+    # where each message came from (Origin; none: this is the client's own chat request);
+    # private: not fields a client can send
     _hosted_left_out: list[str] = PrivateAttr(default_factory=list)
+    _origins: list[Origin] = PrivateAttr(default_factory=list)
+    _list_name: str = PrivateAttr(default="messages")  # the messages' field in the client's API
     chat_template_kwargs: dict[str, Any] | None = None
     # llama-server's (and vLLM's) ways to continue the last assistant message: refused by name
     continue_final_message: bool = False
@@ -103,6 +136,10 @@ class ChatRequest(Sampling):
     tools: list | None = None
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name": ...}}
     parallel_tool_calls: bool = True
+
+
+    def origin(self, i: int) -> Origin:
+        return self._origins[i] if i < len(self._origins) else Origin(f"messages[{i}]")
 
 
 class CompletionRequest(Sampling):
@@ -122,11 +159,6 @@ def translated(model: type[BaseModel], body: dict) -> BaseModel:
 
 
 # ---- checks --------------------------------------------------------------------------------
-def unsupported(field: str, why: str = "") -> ApiError:
-    return ApiError(400, f"{field!r} is not supported by tandem serve{': ' + why if why else ''}; leave it out",
-                    code="unsupported_parameter", param=field)
-
-
 def top_logprobs(req: Sampling, kind: str) -> int | None:
     """How many alternatives per token the reply lists (0: only the chosen token), or None."""
     if kind == "chat":
@@ -168,7 +200,7 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
                        param="stop")
     spec, k = draft_choice(engine, req.tandem or TandemOptions(), default_k)
-    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp, seed=req.seed, logprobs=top, **fmt)
+    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp, seed=None if req.seed == -1 else req.seed, logprobs=top, **fmt)
     return replace(cfg, grammar=grammar) if grammar else cfg
 
 
@@ -279,90 +311,10 @@ def response_format(fmt: dict | None, param: str = "response_format") -> dict:
         raise ApiError(400, f"{param}: {e}", param=param) from None
 
 
-# ---- chat messages and tools ----------------------------------------------------------------
-def _content(content, where: str, budget: list[int]) -> tuple[str, list]:
-    """Message content as text and pictures: a string, or OpenAI content parts (text, and
-    image_url as base64 data URIs: this server fetches no URLs)."""
-    if content is None:
-        return "", []
-    if isinstance(content, str):
-        return content, []
-    parts, media = [], []
-    for i, p in enumerate(content):
-        kind = p.get("type")
-        if kind == "text" and isinstance(p.get("text"), str):
-            parts.append(p["text"])
-        elif kind == "image_url":
-            media.append(picture(p.get("image_url"), f"{where}[{i}]", budget))
-        else:
-            raise ApiError(400, f"content parts of type {kind!r} are not supported (text and image_url)",
-                           param=where)
-    return "".join(parts), media
-
-
+# ---- tools (the messages: chat_messages.py) -------------------------------------------------
 def thinking(req: ChatRequest) -> bool:
     """Gemma 4's thinking mode, as llama-server takes it (chat_template_kwargs.enable_thinking)."""
     return bool((req.chat_template_kwargs or {}).get("enable_thinking", False))
-
-
-def messages(req: ChatRequest, engine=None) -> list[dict]:
-    """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
-    arguments as objects (the template writes them in the model's syntax), and each tool
-    answer tied to the call it answers (by id; it carries the call's function name). With the
-    `engine`, its pictures are checked first (check_pictures); their pixels are bounded all
-    told. Decodes pictures: call it off the event loop."""
-    if engine is not None:
-        check_pictures(req, engine)
-    if req.continue_final_message or not req.add_generation_prompt:
-        raise unsupported("continue_final_message" if req.continue_final_message else "add_generation_prompt",
-                          "a reply is always a new assistant turn")
-    out, calls = [], {}  # call id -> function name, from earlier assistant messages
-    budget = [MAX_REQUEST_PIXELS]  # pixels the request's pictures may still have
-    for i, m in enumerate(req.messages):
-        role = "system" if m.role == "developer" else m.role  # OpenAI's newer name for it
-        if role not in ("system", "user", "assistant", "tool"):
-            raise ApiError(400, f"messages[{i}].role {m.role!r} is not supported (system, developer, user, "
-                                "assistant, tool)", param=f"messages[{i}].role")
-        text, media = _content(m.content, f"messages[{i}].content", budget)
-        msg = {"role": role, "content": text}
-        if media:
-            msg["media"] = media
-        reasoning = m.reasoning_content or m.reasoning
-        if reasoning and role == "assistant":
-            msg["reasoning_content"] = reasoning
-        elif reasoning:
-            raise ApiError(400, f"messages[{i}]: only an assistant message has reasoning_content (its thinking)",
-                           param=f"messages[{i}].reasoning_content")
-        if role == "assistant" and m.tool_calls:
-            msg["tool_calls"] = [_earlier_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)]
-            calls.update((c["id"], c["function"]["name"]) for c in msg["tool_calls"])
-        if role == "tool":
-            if m.tool_call_id not in calls:
-                raise ApiError(400, f"messages[{i}].tool_call_id {str(m.tool_call_id)[:64]!r} answers no call made "
-                                    "before it (each tool message answers an assistant tool_calls entry by its id)",
-                               param=f"messages[{i}].tool_call_id")
-            msg["tool_call_id"], msg["name"] = m.tool_call_id, calls[m.tool_call_id]
-        out.append(msg)
-    return out
-
-
-def _earlier_call(call, where: str) -> dict:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise ApiError(400, f"{where} must be {{'id': ..., 'type': 'function', 'function': {{'name': ..., "
-                            "'arguments': ...}}}}", param=where)
-    args = fn.get("arguments") or "{}"
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            raise ApiError(400, f"{where}.function.arguments is not valid JSON", param=where) from None
-    if not isinstance(args, dict):
-        raise ApiError(400, f"{where}.function.arguments must be a JSON object", param=where)
-    if not isinstance(call.get("id"), str) or not call["id"]:
-        raise ApiError(400, f"{where}.id is missing: the tool message that answers the call names it",
-                       param=f"{where}.id")
-    return {"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
 @dataclass

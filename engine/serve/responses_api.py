@@ -1,7 +1,8 @@
 """OpenAI's Responses API (`POST /v1/responses`, `/v1/responses/input_tokens`), for Codex CLI,
 the OpenAI Agents SDK and opencode's `@ai-sdk/openai` provider. The request becomes the same
 chat request the OpenAI chat route takes; the reply is written as output items (reasoning,
-message, function_call), whole or as the Responses stream of events.
+message, function_call), whole or as the Responses stream of events. The request's translation
+is responses_request.py's.
 
 `input` items map as: messages (system, developer, user, assistant; text or input_text /
 output_text parts, input_image as data URIs) to chat messages; `function_call` items to the
@@ -10,8 +11,11 @@ out (Gemma 4's template drops earlier thinking). `instructions` is the system me
 `reasoning.effort` (anything but none/minimal) turns on Gemma 4's thinking, which comes back
 as a reasoning item; `text.format` is response_format.
 
-No server-side state: every response says `store: false`, and `previous_response_id` is a 400
-(send the whole conversation in `input`, as Codex and the Agents SDK do). `truncation: "auto"`
+No server-side state: every response says `store: false` (`store: true` is taken and nothing is
+kept), and `previous_response_id`, `conversation` and `prompt` are 400s (send the whole
+conversation in `input`, as Codex and the Agents SDK do). `include` takes only values that change
+nothing here (Codex's `reasoning.encrypted_content`: earlier thinking is not carried; hosted tools'
+outputs); `service_tier` is a hint (the response says "default"); `top_logprobs` above 0 is a 400. `truncation: "auto"`
 drops the oldest input items until the prompt fits the context with room for the reply (up to
 4096 tokens, or max_output_tokens); "disabled", the default, answers an overflow with a 400. Functions declared in
 a namespace (Codex groups some) are offered by their names and their calls come back with
@@ -24,211 +28,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 from sse_starlette.sse import EventSourceResponse
 
+from . import chat_messages as cm
 from . import request as rq
 from . import responses_shapes as rs
 from .admission import ServerState, watched
 from .choice import Choice, off_loop, open_chat
-from .errors import ApiError, from_exception
-from .hosted_tools import RESPONSES_HOSTED, is_hosted
+from .errors import from_exception
 from .llama_api import count_prompt
 from .openai_shapes import Timings
-from .request import ChatRequest, TandemOptions, _Loose
-
-NO_THINKING = (None, "none", "minimal")
-# truncation "auto" leaves this much of the context for the reply (or max_output_tokens, if less)
-TRUNCATION_ROOM = 4096
-# no max_output_tokens: as OpenAI, until the model ends or the context is full (Codex sends none,
-# and takes a response cut at a default cap as a failed turn); the context bounds it
-UNTIL_CONTEXT = 2**31 - 1
-
-
-class ResponsesRequest(_Loose):
-    model: str | None = None
-    input: str | list[dict]
-    instructions: str | None = None
-    tools: list[dict] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool = True
-    text: dict | None = None
-    reasoning: dict | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = None
-    stream: bool = False
-    store: bool | None = None  # nothing is kept either way: the response says store false
-    previous_response_id: str | None = None
-    background: bool | None = None
-    truncation: Literal["auto", "disabled"] = "disabled"
-    timings_per_token: bool = False
-    stop: str | list[str] | None = None  # llama-server's extension, as on chat completions
-    tandem: TandemOptions | None = None
-    verbose: bool | None = None  # llama-server's, refused when true (as on chat completions)
-    return_progress: bool | None = None
-
-
-def _parts(content, where: str):
-    """A message's content as OpenAI chat content (text, or parts with pictures)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ApiError(400, f"{where} must be text or a list of content parts", param=where)
-    out = []
-    for j, p in enumerate(content):
-        kind = p.get("type") if isinstance(p, dict) else None
-        if kind in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
-            out.append({"type": "text", "text": p["text"]})
-        elif kind == "input_image":
-            out.append({"type": "image_url", "image_url": {"url": p.get("image_url")}})
-        elif kind == "refusal":
-            out.append({"type": "text", "text": str(p.get("refusal", ""))})
-        else:
-            raise ApiError(400, f"{where}[{j}]: content of type {str(kind)[:40]!r} is not supported (input_text, "
-                                "output_text, input_image)", param=f"{where}[{j}].type")
-    return out if any(p["type"] != "text" for p in out) else "".join(p["text"] for p in out)
-
-
-def _messages(req: ResponsesRequest) -> list[dict]:
-    out: list[dict] = []
-    if req.instructions:
-        out.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        return out + [{"role": "user", "content": req.input}]
-    for i, item in enumerate(req.input):
-        where = f"input[{i}]"
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind == "message":
-            out.append({"role": item.get("role"), "content": _parts(item.get("content"), f"{where}.content")})
-        elif kind == "function_call":
-            call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant" and not isinstance(last["content"], list):
-                last.setdefault("tool_calls", []).append(call)  # the calls of one answer, together
-            else:
-                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _parts(output, f"{where}.output")
-            if not isinstance(text, str):
-                raise ApiError(400, f"{where}.output: pictures in tool output are not supported (text only)",
-                               param=f"{where}.output")
-            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
-        elif kind == "reasoning":
-            continue  # earlier thinking is not shown to the model again (Gemma 4's template drops it)
-        else:
-            raise ApiError(400, f"{where}: items of type {str(kind)[:40]!r} are not supported (message, "
-                                "function_call, function_call_output, reasoning)", param=f"{where}.type")
-    return out
-
-
-def _tools(tools: list[dict] | None, left_out: list[str]) -> tuple[list[dict] | None, dict[str, str]]:
-    """Function tools as chat's, and the namespace of each function declared inside one (Codex
-    groups some: their calls come back with their namespace). Hosted tools are left out, their
-    types added to `left_out` (hosted_tools.py)."""
-    if tools is None:
-        return None, {}
-    out, spaces = [], {}
-    for i, t in enumerate(tools):
-        kind = t.get("type") if isinstance(t, dict) else None
-        if kind == "namespace" and isinstance(t.get("tools"), list):
-            inner, _ = _tools(t["tools"], left_out)
-            out += inner
-            spaces.update((f["function"]["name"], str(t.get("name"))) for f in inner)
-            continue
-        if is_hosted(kind, RESPONSES_HOSTED):
-            left_out.append(kind)
-            continue
-        if kind != "function":
-            raise ApiError(400, f"tools[{i}]: tools of type {str(kind)[:40]!r} are not supported (functions, and "
-                                "namespaces of them; hosted tools such as web_search are left out)",
-                           param=f"tools[{i}].type")
-        out.append({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
-                                                     "parameters": t.get("parameters") or {"type": "object"}}})
-    return out, spaces
-
-
-def _tool_choice(choice):
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    if choice in (None, "auto", "none", "required"):
-        return choice
-    raise ApiError(400, "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
-                   param="tool_choice")
-
-
-def _format(text: dict | None) -> dict | None:
-    fmt = (text or {}).get("format")
-    if not fmt or fmt.get("type", "text") == "text":
-        return None
-    if fmt.get("type") == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema"),
-                                                       "strict": fmt.get("strict")}}
-    return fmt
-
-
-def thinking_of(req: ResponsesRequest) -> bool:
-    return (req.reasoning or {}).get("effort", "medium" if req.reasoning else None) not in NO_THINKING
-
-
-def _kept_always(item) -> bool:
-    return isinstance(item, dict) and item.get("type", "message") == "message" \
-        and item.get("role") in ("system", "developer")
-
-
-def _cuts(items: list) -> list[int]:
-    """Where the conversation may start once its oldest items are dropped: at a message or a
-    call, never at a call's output or a reasoning item (left without what they follow)."""
-    return [i for i, it in enumerate(items)
-            if not (isinstance(it, dict) and it.get("type") in ("function_call_output", "reasoning"))]
-
-
-async def truncated(req: ResponsesRequest, fits) -> ResponsesRequest:
-    """With truncation "auto" (OpenAI's meaning): the request with its oldest input items
-    dropped, as few as make the prompt fit the context with room for the reply (`fits(req)`,
-    async). System and developer messages and the instructions stay; a call stays with its
-    output. When even the last turn alone does not fit, the request is left whole (and its
-    overflow is the usual 400)."""
-    if req.truncation != "auto" or isinstance(req.input, str) or await fits(req):
-        return req
-    kept = [it for it in req.input if _kept_always(it)]
-    rest = [it for it in req.input if not _kept_always(it)]
-    cuts = _cuts(rest)[1:]
-    lo, hi = 0, len(cuts)  # the first cut that fits is in cuts[lo:hi] (hi: none does)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if await fits(req.model_copy(update={"input": kept + rest[cuts[mid]:]})):
-            hi = mid
-        else:
-            lo = mid + 1
-    return req.model_copy(update={"input": kept + rest[cuts[lo]:]}) if lo < len(cuts) else req
-
-
-def chat_request(req: ResponsesRequest) -> tuple[ChatRequest, bool, dict[str, str]]:
-    """The same request in OpenAI's chat shape (what the chat route takes), thinking, and the
-    namespace of each function declared in one."""
-    if req.previous_response_id:
-        raise ApiError(400, "previous_response_id is not supported: this server keeps no responses (store is "
-                            "off); send the whole conversation in input", param="previous_response_id")
-    if req.background:
-        raise ApiError(400, "background is not supported: responses are answered while you wait", param="background")
-    thinking = thinking_of(req)
-    left_out: list[str] = []
-    tools, spaces = _tools(req.tools, left_out)
-    body = {"model": req.model, "messages": _messages(req), "max_tokens": req.max_output_tokens or UNTIL_CONTEXT,
-            "tools": tools, "tool_choice": _tool_choice(req.tool_choice),
-            "parallel_tool_calls": req.parallel_tool_calls, "response_format": _format(req.text),
-            "chat_template_kwargs": {"enable_thinking": thinking}, "tandem": req.tandem,
-            "timings_per_token": req.timings_per_token, "temperature": req.temperature, "top_p": req.top_p,
-            "stop": req.stop, "verbose": req.verbose, "return_progress": req.return_progress}
-    chat = rq.translated(ChatRequest, body)
-    chat._hosted_left_out = left_out
-    return chat, thinking, spaces
+from .responses_request import TRUNCATION_ROOM, ResponsesRequest, chat_request, truncated
 
 
 class Output:
@@ -292,7 +104,7 @@ def router(state: ServerState) -> APIRouter:
         engine = state.engine()
         chat, thinking, _ = chat_request(req)
         tools = rq.tool_use(chat, engine, thinking)
-        return await off_loop(count_prompt, engine, await off_loop(rq.messages, chat, engine), thinking, tools.tools)
+        return await off_loop(count_prompt, engine, await off_loop(cm.messages, chat, engine), thinking, tools.tools)
 
     async def fits(req: ResponsesRequest) -> bool:
         n_ctx = state.engine().n_ctx

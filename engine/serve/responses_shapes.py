@@ -103,6 +103,7 @@ class Response(Shape):
     tool_choice: Any
     tools: list[dict]
     store: Literal[False] = False  # nothing is kept
+    service_tier: Literal["default"] = "default"  # one tier here, whichever the request named
     temperature: float | None
     top_p: float | None
     text: dict

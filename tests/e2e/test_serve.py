@@ -428,6 +428,13 @@ def test_n_choices_wait_for_the_one_sequence_in_turn(server):
     assert sorted(ends) == [0, 1]
 
 
+def test_seed_minus_one_is_a_random_seed_as_on_llama_server(server):
+    """It was a 400 in Python's words ("expected non-negative integer") once the sampler read it."""
+    replies = [client(server).chat.completions.create(model="x", messages=MSGS, max_tokens=6, temperature=1.0, seed=-1)
+               for _ in range(2)]
+    assert all(r.choices[0].message.content for r in replies)
+
+
 def _bomb() -> str:
     """A 1-bit 8000x8000 PNG: a few KB that decode to 192 MB of RGB (under the 64 MP cap)."""
     import base64

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.serve import chat_messages as cm
 from engine.serve import anthropic_api, responses_api
 from engine.serve import anthropic_shapes as an, openai_shapes as oa, responses_shapes as rs
 from engine.serve import request as rq
@@ -35,7 +36,7 @@ def test_responses_items_become_chat_messages_and_calls_keep_their_namespace():
         tools=[{"type": "function", "name": "exec", "parameters": FN},
                {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn"}]}])
     chat, thinking, spaces = responses_api.chat_request(req)
-    msgs = rq.messages(chat)
+    msgs = cm.messages(chat)
     assert [m["role"] for m in msgs] == ["system", "system", "user", "assistant", "tool", "tool"]
     assert [c["function"]["name"] for c in msgs[3]["tool_calls"]] == ["exec", "spawn"]  # one answer's calls
     assert msgs[4] == {"role": "tool", "content": "a.txt", "tool_call_id": "c1", "name": "exec"}
@@ -54,10 +55,28 @@ def test_responses_items_become_chat_messages_and_calls_keep_their_namespace():
     ({"input": [{"type": "computer_call_output"}]}, "computer_call_output"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input_file"),
     ({"tool_choice": {"type": "web_search"}}, "tool_choice"),
+    # server-side state and stored prompts: nothing is kept here
+    ({"conversation": "conv_1"}, "conversation"), ({"conversation": {"id": "conv_1"}}, "conversation"),
+    ({"prompt": {"id": "pmpt_1", "version": "2"}}, "prompt"),
+    # logprobs are chat completions' here; an include value Tandem does not know
+    ({"include": ["message.output_text.logprobs"]}, "include"), ({"include": ["everything"]}, "include"),
+    ({"include": "reasoning.encrypted_content"}, "include"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"reasoning": {"effort": "ultra"}}, "reasoning.effort"), ({"reasoning": {"summary": "sometimes"}}, "reasoning.summary"),
 ])
 def test_responses_refuse_what_they_cannot_honour_by_name(fields, named):
     with pytest.raises(ApiError, match=named):
         responses_api.chat_request(responses_api.ResponsesRequest(**{"input": "x", **fields}))
+
+
+@pytest.mark.parametrize("fields", [
+    {"include": ["reasoning.encrypted_content"]},  # Codex's: no reasoning is carried between turns here
+    {"include": ["web_search_call.action.sources", "file_search_call.results"]},  # hosted tools run nowhere here
+    {"service_tier": "auto"}, {"service_tier": "flex"}, {"store": True}, {"top_logprobs": 0},
+    {"reasoning": {"effort": "xhigh", "summary": "detailed"}}, {"reasoning": {"effort": "none"}},
+])
+def test_responses_take_the_hints_that_change_nothing_here(fields):
+    responses_api.chat_request(responses_api.ResponsesRequest(**{"input": "x", **fields}))
 
 
 def test_hosted_tools_are_left_out_and_the_rest_offered():
@@ -92,7 +111,7 @@ def test_anthropic_blocks_become_chat_messages():
         tools=[{"name": "Bash", "description": "Run", "input_schema": FN}],
         tool_choice={"type": "any", "disable_parallel_tool_use": True}, thinking={"type": "adaptive"})
     chat, thinking = anthropic_api.chat_request(req)
-    msgs = rq.messages(chat)
+    msgs = cm.messages(chat)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "user", "system"]
     assert msgs[0]["content"] == "Header\n\nRules" and msgs[1]["content"] == "<reminder>Run ls"
     assert msgs[2]["content"] == "Running." and msgs[2]["tool_calls"][0]["function"]["arguments"] == {"cmd": "ls"}
@@ -107,6 +126,11 @@ def test_anthropic_blocks_become_chat_messages():
     ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
     ({"tool_choice": {"type": "tool"}}, "tool_choice"),
     ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": -5}}, "budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": "lots"}}, "budget_tokens"),
+    ({"container": "container_1"}, "container"),
+    ({"tools": [{"name": "f", "description": "no schema"}]}, "input_schema"),
+
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://x"}}]}]},
      "fetches no URLs"),
 ])
@@ -116,12 +140,60 @@ def test_anthropic_refuses_what_it_cannot_honour_by_name(fields, named):
         anthropic_api.chat_request(req)
 
 
+@pytest.mark.parametrize("fields", [
+    {"service_tier": "standard_only"}, {"service_tier": "auto"}, {"metadata": {"user_id": "u"}},
+    {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    {"messages": [{"role": "user", "content": "x"},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]},
+])
+def test_anthropic_takes_the_hints_that_change_nothing_here(fields):
+    anthropic_api.chat_request(anthropic_api.MessagesRequest(
+        **{"max_tokens": 2048, "messages": [{"role": "user", "content": "x"}], **fields}))
+
+
+USER = {"role": "user", "content": "x"}
+FN_CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+TOOL_USE = {"role": "assistant", "content": [{"type": "text", "text": "Let me look."},
+                                             {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
+
+
+def _chat(api: str, body):
+    """The chat request a route makes of `body` in `api`'s shape."""
+    if api == "responses":
+        return responses_api.chat_request(responses_api.ResponsesRequest(input=body))[0]
+    if api == "anthropic":
+        return anthropic_api.chat_request(anthropic_api.MessagesRequest(max_tokens=32, messages=body))[0]
+    return rq.ChatRequest(messages=body)
+
+
+@pytest.mark.parametrize("api, body, param", [
+    # a call left without its result (OpenAI's, Anthropic's and the Responses API's own 400)
+    ("chat", [USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, USER], "messages[1].tool_calls[0]"),
+    ("responses", [USER, FN_CALL, USER], "input[1]"), ("responses", [USER, FN_CALL], "input[1]"),
+    ("anthropic", [USER, TOOL_USE, USER], "messages[1].content[1]"), ("anthropic", [USER, TOOL_USE], "messages[1].content[1]"),
+    # the translated request's refusals name the client's own fields, not the chat messages made of them
+    ("responses", [{"role": "bogus", "content": "x"}], "input[0].role"),
+    ("responses", [USER, {**FN_CALL, "arguments": "{not json"}, {"type": "function_call_output", "call_id": "c1",
+                                                                  "output": "ok"}], "input[1]"),
+    ("responses", [USER, FN_CALL, {"type": "function_call_output", "call_id": "c9", "output": "ok"}], "input[2].call_id"),
+    ("anthropic", [USER, TOOL_USE, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9",
+                                                                "content": "ok"}]}], "messages[2].content[0].tool_use_id"),
+])
+def test_refusals_name_the_field_the_client_wrote(api, body, param):
+    with pytest.raises(ApiError) as refused:
+        cm.messages(_chat(api, body))
+    assert refused.value.param == param and param in refused.value.message, refused.value.message
+    assert "messages[" not in refused.value.message or api != "responses"
+
+
 @pytest.mark.parametrize("field, value", [("continue_final_message", True), ("add_generation_prompt", False)])
 def test_llama_servers_ways_to_continue_a_message_are_refused_by_name(field, value):
     req = rq.ChatRequest(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": "Wh"}],
                          **{field: value})
     with pytest.raises(ApiError, match=field):
-        rq.messages(req)
+        cm.messages(req)
 
 
 def test_reply_shapes_send_null_where_the_apis_do_and_leave_out_what_does_not_apply():

@@ -5,6 +5,8 @@ in the shape of the API that was asked."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -84,6 +86,65 @@ def test_refusals_are_logged_with_the_api_they_came_through():
     lines = [log_line(e) for e in seen]
     assert lines == ["Anthropic messages: 400: max_tokens: Field required",
                      "OpenAI responses: 400: Invalid request: body: the body is not valid JSON"]
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408_in_the_apis_shape():
+    """A client that sends its headers and then a byte now and then holds no connection for ever."""
+    import asyncio
+
+    from engine.serve.http import BodyLimit
+
+    async def reached(scope, receive, send):
+        raise AssertionError("the application saw a body that never arrived")
+
+    async def trickle():  # the first bytes of a body, then nothing more
+        trickle.calls = getattr(trickle, "calls", 0) + 1
+        if trickle.calls == 1:
+            return {"type": "http.request", "body": b'{"mess', "more_body": True}
+        await asyncio.sleep(3600)
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    for path, shape in (("/v1/chat/completions", lambda b: b["error"]["code"] == "request_timeout"),
+                        ("/v1/messages", lambda b: b["error"]["type"] == "timeout_error")):
+        sent.clear()
+        trickle.calls = 0
+        scope = {"type": "http", "path": path, "headers": [(b"content-type", b"application/json")]}
+        asyncio.run(BodyLimit(reached, 2**20, timeout=0.2)(scope, trickle, send))
+        assert sent[0]["status"] == 408 and shape(json.loads(sent[1]["body"])), sent
+
+
+@pytest.mark.parametrize("path, body, param", [
+    # a value of the wrong JSON type is refused by name, not coerced (true was taken as 1)
+    ("/v1/chat/completions", {"max_tokens": True}, "max_tokens"), ("/v1/chat/completions", {"stream": "yes"}, "stream"),
+    ("/v1/chat/completions", {"n": "2"}, "n"), ("/v1/responses", {"stream": "yes"}, "stream"),
+    ("/v1/responses", {"max_output_tokens": True}, "max_output_tokens"),
+    ("/v1/chat/completions", {"tandem": {"mtp": "yes"}}, "tandem.mtp"),
+    # -1 is llama-server's random seed; below it, or past 64 bits, is no seed
+    ("/v1/chat/completions", {"seed": -2}, "seed"), ("/v1/chat/completions", {"seed": 2**64}, "seed"),
+])
+def test_values_of_the_wrong_type_or_range_are_refused_by_name(path, body, param):
+    base = {"model": "gemma-4", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "input": "hi"}
+    r = client().post(path, json={**base, **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+@pytest.mark.parametrize("path, field", [
+    ("/v1/chat/completions", "messages[0].content"), ("/v1/messages", "messages[0].content"),
+    ("/v1/responses", "input"), ("/tokenize", "content"),
+])
+def test_a_lone_surrogate_is_refused_naming_where_it_is(path, field):
+    """JSON's escapes allow "\\ud800" alone, which no UTF-8 text holds: the tokenizer failed on it in
+    Python's own words, with no param."""
+    text = {"messages[0].content": '"messages": [{"role": "user", "content": "a\\ud800b"}]',
+            "input": '"input": "a\\ud800b"', "content": '"content": "a\\ud800b"'}[field]
+    raw = '{"model": "gemma-4", "max_tokens": 4, ' + text + "}"
+    r = client().post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "surrogate" in r.text and field in r.text, r.text
+    assert "codec" not in r.text
 
 
 def test_an_unexpected_error_is_a_500_in_the_apis_own_shape():
