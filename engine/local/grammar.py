@@ -47,7 +47,12 @@ _NAMED = ("properties", "patternProperties", "$defs", "definitions")  # names ->
 
 
 class GrammarError(TandemError, ValueError):
-    """A grammar or schema that cannot be used: the message names the problem."""
+    """A grammar or schema that cannot be used: the message names the problem; `raw`, the grammar
+    engine's own words for it (unenforced.py reads which keywords it names)."""
+
+    def __init__(self, message: str, raw: str = ""):
+        super().__init__(message)
+        self.raw = raw
 
 
 def _limits():
@@ -154,6 +159,7 @@ def _tightened(schema):
       an object that requires a key it does not declare stays open, and so does every object
       of a schema that intersects sub-schemas (closing both sides of an allOf would forbid each
       side's keys).
+    - `uniqueItems: false`, which allows everything, is left out.
     - numbers without bounds stay within ±(2^53 - 1), at most 16 digits before any decimal point
       (llama.cpp's converter and tool calls' arguments here allow 16): a model writing digits
       does not write them forever."""
@@ -166,6 +172,8 @@ def _tightened(schema):
             return s
         out = {}
         for k, v in s.items():
+            if k == "uniqueItems" and v is False:  # says nothing (llguidance would refuse the keyword)
+                continue
             if k in _VALUES:
                 out[k] = v
             elif k in _NAMED and isinstance(v, dict):  # names -> schemas (a property may be called "properties")
@@ -199,7 +207,8 @@ def _schema_error(schema, message: str) -> GrammarError:
         keys = re.findall(r'"([^"]+)"', m.group(1))
         where = ", ".join(f"{k!r} (at {_where(schema, k) or '/'})" for k in keys)
         return GrammarError(f"the JSON schema uses {where}, which Tandem cannot enforce while decoding; "
-                            "leave it out, or check it after the reply")
+                            "leave it out, or send the schema without strict: true (what cannot be enforced is "
+                            "then checked on the reply)", message)
     for words, key, why in _UNSUPPORTED:
         m = re.search(words, message)
         if not m:
@@ -211,8 +220,9 @@ def _schema_error(schema, message: str) -> GrammarError:
             where = _where(schema, key)
         else:
             where = _where(schema, key)
-        return GrammarError(f"the JSON schema uses {key!r} (at {where or '/'}) with {why.format(*m.groups())}"[:400])
-    return GrammarError(f"the JSON schema cannot be used: {message.strip()}"[:400])
+        return GrammarError(f"the JSON schema uses {key!r} (at {where or '/'}) with {why.format(*m.groups())}"[:400],
+                            message)
+    return GrammarError(f"the JSON schema cannot be used: {message.strip()}"[:400], message)
 
 
 def from_json_schema(schema) -> str:

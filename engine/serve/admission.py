@@ -100,6 +100,10 @@ class ServerState:
         self.totals.hosted_tools_left_out += len(kinds)
         self._log({"kind": api, "error": left_out_note(kinds)})
 
+    def schema_checked(self, api: str, line: str) -> None:
+        """A reply decoded under a schema whose grammar left keywords unenforced, and whether it met them."""
+        self._log({"kind": api, "error": line})
+
     def note(self, api: str, what: str) -> None:
         """A request that did not end with a reply (refused, failed, or its client went away)."""
         self._log({"kind": api, "error": what})

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import replace
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from sse_starlette.sse import EventSourceResponse
 
 from . import openai_shapes as oa
@@ -51,25 +51,28 @@ def router(state: ServerState) -> APIRouter:
 
     @r.post("/v1/chat/completions")
     @r.post("/chat/completions")
-    async def chat(req: ChatRequest, request: Request):
+    async def chat(req: ChatRequest, request: Request, response: Response):
         engine = state.engine()
         messages = await off_loop(cm.messages, req, engine)  # pictures are decoded there
         thinking = rq.thinking(req)
         tools = rq.tool_use(req, engine, thinking)
-        cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar)
-        return await respond(state, req, request, "chat", cfg, tools, chat_start(messages, thinking, tools))
+        cfg = rq.config(engine, req, "chat", state.draft_max, tools.grammar, reports_schema=True)
+        return await respond(state, req, request, response, "chat", cfg, tools, chat_start(messages, thinking, tools))
 
     @r.post("/v1/completions")  # (llama-server's /completions is its native one: native_api)
-    async def completions(req: CompletionRequest, request: Request):
-        cfg = rq.config(state.engine(), req, "text", state.draft_max)
-        return await respond(state, req, request, "text", cfg, rq.ToolUse(), lambda e, cfg, sink: e.generate(
+    async def completions(req: CompletionRequest, request: Request, response: Response):
+        cfg = rq.config(state.engine(), req, "text", state.draft_max, reports_schema=True)
+        return await respond(state, req, request, response, "text", cfg, rq.ToolUse(), lambda e, cfg, sink: e.generate(
             e.tokenize(req.prompt, add_special=True, parse_special=False), cfg, sink=sink))
 
     return r
 
 
-async def respond(state: ServerState, req: Sampling, request: Request, kind: str, cfg, tools: rq.ToolUse, start):
-    """The reply to one request: `req.n` choices decoded together, whole or streamed."""
+async def respond(state: ServerState, req: Sampling, request: Request, response: Response, kind: str, cfg,
+                  tools: rq.ToolUse, start):
+    """The reply to one request: `req.n` choices decoded together, whole or streamed. Under a
+    schema whose grammar left keywords unenforced, the x-tandem-schema-unenforced header names
+    them and each choice's reply is checked against the whole schema (`tandem.schema_check`)."""
     stops = rq.stop_strings(req)
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
@@ -90,18 +93,23 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
     finally:
         place.taken()
 
+    headers = schema_headers(req)
+    response.headers.update(headers)
     if not req.stream:
         replies = await asyncio.gather(*(c.run(request) for c in opened))
         choices = [r.choice(i, echo) for i, r in enumerate(replies)]
         done += [r.stats for r in replies]
+        checks = [await schema_check(state, api, req, i, r.stopper.text) for i, r in enumerate(replies)]
         state.finished(api, done, False, time.perf_counter() - t0)
         return oa.Completion(id=rid, object=obj, created=created, model=state.name, system_fingerprint=fingerprint(),
-                             choices=choices, usage=usage(done), timings=oa.Timings.of(done[-1]))
+                             choices=choices, usage=usage(done), timings=oa.Timings.of(done[-1]),
+                             tandem=oa.TandemExtras(schema_check=checks) if req._schema_check else None)
 
-    def chunk(choices: list, usage: oa.Usage | None = None, timings: oa.Timings | None = None) -> dict:
+    def chunk(choices: list, usage: oa.Usage | None = None, timings: oa.Timings | None = None,
+              tandem: oa.TandemExtras | None = None) -> dict:
         return {"data": oa.Chunk(id=rid, object=chunk_obj, created=created, model=state.name,
                                  system_fingerprint=fingerprint(), choices=choices, usage=usage,
-                                 timings=timings).model_dump_json()}
+                                 timings=timings, tandem=tandem).model_dump_json()}
 
     async def choice(i: int, c: Choice):
         r = c.reply
@@ -113,7 +121,9 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
                 yield chunk([part], timings=oa.Timings.of(r.stats) if req.timings_per_token else None)
         if r.stats is None:
             return
-        yield chunk([r.closing(i)], timings=oa.Timings.of(r.stats))
+        check = await schema_check(state, api, req, i, r.stopper.text) if req._schema_check else None
+        yield chunk([r.closing(i)], timings=oa.Timings.of(r.stats),
+                    tandem=oa.TandemExtras(schema_check=[check]) if check else None)
         done.append(r.stats)
 
     async def events():
@@ -134,4 +144,24 @@ async def respond(state: ServerState, req: Sampling, request: Request, kind: str
         yield {"data": "[DONE]"}
         state.finished(api, done, True, time.perf_counter() - t0)
 
-    return EventSourceResponse(watched(state, api, events(), opened), ping=15)
+    return EventSourceResponse(watched(state, api, events(), opened), ping=15, headers=headers)
+
+
+def schema_headers(req: Sampling) -> dict:
+    """What a schema's grammar left unenforced, said before the reply (a stream's too)."""
+    if not req._schema_check:
+        return {}
+    text = "; ".join(req._schema_check[1])
+    return {"x-tandem-schema-unenforced": text.encode("ascii", "backslashreplace").decode()[:2000]}
+
+
+async def schema_check(state: ServerState, api: str, req: Sampling, i: int, text: str) -> oa.SchemaCheck | None:
+    """Choice i's finished reply against the whole schema, logged (off the event loop)."""
+    from ..local.unenforced import check_reply
+
+    if not req._schema_check:
+        return None
+    schema, left_out = req._schema_check
+    report = await asyncio.to_thread(check_reply, text, schema, left_out)
+    state.schema_checked(api, report.line())
+    return oa.SchemaCheck(index=i, **report.as_dict())

@@ -132,6 +132,23 @@ class Usage(Shape):
     prompt_tokens_details: PromptTokensDetails
 
 
+class SchemaCheck(Shape):
+    """A choice decoded under a JSON schema whose grammar left some keywords unenforced (no
+    strict: true): which, and whether the finished reply meets the whole schema (None: the check
+    did not finish in time)."""
+
+    index: int
+    unenforced: list[str]
+    valid: bool | None
+    errors: list[str]
+
+
+class TandemExtras(Shape):
+    """Tandem's own part of a reply (OpenAI's shape has no place for it)."""
+
+    schema_check: list[SchemaCheck]
+
+
 class Completion(Shape):
     """A whole reply, chat's or completions'."""
 
@@ -143,6 +160,7 @@ class Completion(Shape):
     choices: list[ChatChoice | TextChoice]
     usage: Usage
     timings: Timings
+    tandem: TandemExtras | None = absent()
 
 
 # ---- streamed ----
@@ -187,6 +205,7 @@ class Chunk(Shape):
     choices: list[ChunkChoice | TextChoice]  # none in the usage chunk
     usage: Usage | None = absent()  # the last chunk's, when stream_options.include_usage
     timings: Timings | None = absent()  # each choice's last chunk's; every chunk's with timings_per_token
+    tandem: TandemExtras | None = absent()  # each choice's last chunk's, when its schema was checked
 
 
 class StreamErrorDetail(Shape):

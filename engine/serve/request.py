@@ -84,6 +84,9 @@ class StreamOptions(_Loose):
 
 
 class Sampling(_Loose):
+    # (schema, what its grammar left unenforced) when config() took it leniently: the reply is
+    # checked against it (engine/local/unenforced.py); private: not a field a client can send
+    _schema_check: tuple | None = PrivateAttr(default=None)
     # Sampling defaults here are the APIs' own (OpenAI's top_p 1; top_k and min_p off), not
     # SamplingParams' (the CLI's and the app's): a request that names nothing is not truncated
     # by settings its client never heard of. Temperature 0: greedy unless a request asks.
@@ -180,8 +183,12 @@ def stop_strings(req: Sampling) -> list[str]:
     return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 
 
-def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | None = None) -> GenerationConfig:
-    """The engine's settings for one request; a 400 naming the field for anything wrong."""
+def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | None = None,
+           reports_schema: bool = False) -> GenerationConfig:
+    """The engine's settings for one request; a 400 naming the field for anything wrong. A route
+    that `reports_schema` (says what a schema's grammar left unenforced and whether the reply met
+    it: openai_api) takes a schema without strict: true leniently, and finds in
+    `req._schema_check` what to report."""
     refuse_unsupported(req)
     # max_tokens is a bound, as llama-server takes it: agents ask for 32000 whatever the context,
     # and the reply ends ("length") where the context does
@@ -190,7 +197,8 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
     top = top_logprobs(req, kind)
     if kind == "text" and req.echo and top is not None:
         raise unsupported("echo", "the log-probabilities of the prompt are not computed; echo without logprobs works")
-    fmt = output_format(req)
+    fmt = output_format(req, reports_schema)
+    req._schema_check = fmt.pop("check", None)
     if fmt and grammar:
         raise ApiError(400, f"{fmt['param']} cannot be combined with a forced tool call (tool_choice)",
                        param=fmt["param"])
@@ -256,7 +264,7 @@ def draft_choice(engine, t: TandemOptions, default_k) -> tuple[str, int | str]:
     return spec, k
 
 
-def output_format(req: Sampling) -> dict:
+def output_format(req: Sampling, lenient: bool = False) -> dict:
     """What the reply must follow, as GenerationConfig fields (and the field that asked, as
     `param`): OpenAI's response_format, or llama-server's `grammar` / `json_schema`; one of them."""
     asked = [(name, value) for name, value in (("response_format", req.response_format), ("grammar", req.grammar),
@@ -271,7 +279,7 @@ def output_format(req: Sampling) -> dict:
     if name == "grammar":
         return {"grammar": checked_grammar(value), "param": name}
     fmt = value if name == "response_format" else {"type": "json_schema", "json_schema": {"schema": value}}
-    return {**response_format(fmt, name), "param": name}
+    return {**response_format(fmt, name, lenient), "param": name}
 
 
 def checked_grammar(gbnf: str) -> str:
@@ -287,11 +295,14 @@ def checked_grammar(gbnf: str) -> str:
         raise ApiError(400, f"grammar: {e}", param="grammar") from None
 
 
-def response_format(fmt: dict | None, param: str = "response_format") -> dict:
+def response_format(fmt: dict | None, param: str = "response_format", lenient: bool = False) -> dict:
     """response_format as GenerationConfig fields: a grammar for json_object (or, as llama-server
     takes it, json_object with a "schema"), a JSON schema for json_schema (checked now: a bad or
-    hostile schema is a 400 naming the problem)."""
+    hostile schema is a 400 naming the problem). `lenient`, and the schema is not `strict: true`:
+    what cannot be enforced is left out of the grammar, and "check" holds (schema, what was left
+    out) for the reply's check (engine/local/unenforced.py); strict, it is a 400 naming it."""
     from ..local.grammar import GrammarError, from_json_schema, json_object
+    from ..local.unenforced import lenient_grammar
 
     kind = (fmt or {}).get("type", "text")
     if kind == "text":
@@ -306,6 +317,9 @@ def response_format(fmt: dict | None, param: str = "response_format") -> dict:
     if not isinstance(schema, (dict, bool)):
         raise ApiError(400, f"{param}: the JSON schema must be an object", param=param)
     try:
+        if lenient and not (isinstance(spec, dict) and spec.get("strict") is True):
+            grammar, left_out = lenient_grammar(schema)
+            return {"grammar": grammar, **({"check": (schema, left_out)} if left_out else {})}
         return {"grammar": from_json_schema(schema)}
     except GrammarError as e:
         raise ApiError(400, f"{param}: {e}", param=param) from None

@@ -314,6 +314,32 @@ def test_response_format_json_schema_and_json_object(server):
     assert r.choices[0].message.content.lstrip().startswith("{")
 
 
+def test_without_strict_a_schema_is_enforced_as_far_as_it_can_be_and_the_reply_checked(server):
+    """OpenAI's split (issue 46, item 4): strict refuses uniqueItems by name; without it the
+    grammar enforces the rest, a header names what it did not, and the reply says whether it met it."""
+    import openai
+
+    c = client(server)
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "maxItems": 4,
+              "uniqueItems": True}
+    ask = dict(model="tiny-target", messages=[{"role": "user", "content": "numbers"}], max_tokens=40)
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    with pytest.raises(openai.BadRequestError, match="uniqueItems"):
+        c.chat.completions.create(**ask, response_format={**fmt, "json_schema": {**fmt["json_schema"], "strict": True}})
+    raw = c.chat.completions.with_raw_response.create(**ask, response_format=fmt)
+    assert raw.headers["x-tandem-schema-unenforced"] == "'uniqueItems' (at /)"
+    r = raw.parse()
+    check = r.model_extra["tandem"]["schema_check"][0]
+    value = json.loads(r.choices[0].message.content)
+    assert check["unenforced"] == ["'uniqueItems' (at /)"] and all(0 <= v <= 9 for v in value)  # the rest held
+    assert check["valid"] == (len(set(value)) == len(value)), (check, value)
+    last = [ch for ch in c.chat.completions.create(**ask, response_format=fmt, stream=True)][-1]
+    assert last.model_extra["tandem"]["schema_check"][0]["valid"] == check["valid"]  # greedy: the same reply
+    plain = c.chat.completions.with_raw_response.create(**ask, response_format={"type": "json_schema", "json_schema": {
+        "name": "n", "schema": {**schema, "uniqueItems": False}}})
+    assert "x-tandem-schema-unenforced" not in plain.headers and "tandem" not in (plain.parse().model_extra or {})
+
+
 def test_completions_echo_the_prompt(server):
     plain = client(server).completions.create(model="tiny-target", prompt="Hello world", max_tokens=3)
     echoed = client(server).completions.create(model="tiny-target", prompt="Hello world", max_tokens=3, echo=True)

@@ -91,3 +91,37 @@ def test_unbounded_numbers_stop_at_16_digits_before_the_point():
     assert _matches(g, '{"n": -1234567890123456.5, "i": 9007199254740991}')
     assert not _matches(g, '{"n": 12345678901234567}') and not _matches(g, '{"i": 9007199254740992}')
     assert _matches(from_json_schema({"type": "integer", "minimum": 10**17}), str(10**17 + 1))
+
+
+@pytest.mark.parametrize("schema, left_out, good, bad", [
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, ["'uniqueItems' (at /)"], "[1, 2]", "[1, 1]"),
+    ({"type": "object", "properties": {"re": {"type": "string", "format": "frob"},
+                                       "n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}},
+     ["'format' (at /properties/re) = 'frob'", "'oneOf' (at /properties/n), enforced as 'anyOf'"],
+     '{"n": 1.5}', '{"n": 1}'),
+    ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, ["'if' (at /)", "'then' (at /)"],
+     '{"a": 1, "b": 2}', '{"a": 1}'),
+])
+def test_without_strict_what_cannot_be_enforced_is_left_out_named_and_checked_on_the_reply(schema, left_out, good,
+                                                                                             bad):
+    """OpenAI's split: strict refuses these by name (above); without it the grammar enforces the
+    rest, and the finished reply is checked against the whole schema."""
+    from engine.local.unenforced import check_reply, lenient_grammar
+
+    with pytest.raises(GrammarError):
+        from_json_schema(schema)
+    grammar, notes = lenient_grammar(schema)
+    assert grammar and sorted(notes) == sorted(left_out)
+    assert check_reply(good, schema, notes).valid is True
+    report = check_reply(bad, schema, notes)
+    assert report.valid is False and report.errors and "did not meet it" in report.line()
+    assert check_reply("[1, 2", schema, notes).valid is False  # cut: not JSON
+
+
+def test_a_schema_bad_for_another_reason_is_still_refused_without_strict():
+    from engine.local.unenforced import lenient_grammar
+
+    for schema in ({"enum": list(range(5000))}, {"$ref": "https://example.com/s.json"},
+                   {"type": "string", "pattern": "(a"}):
+        with pytest.raises(GrammarError):
+            lenient_grammar(schema)
