@@ -61,8 +61,9 @@ def _left_out(message: str) -> list[tuple[str, object, str | None]]:
 
 def lenient_grammar(schema) -> tuple[str, list[str]]:
     """(grammar, what it leaves unenforced): the schema's keywords that cannot be enforced, each
-    as "'uniqueItems' (at /properties/tags)" (a format with its value: "'format' (at /x) = 'path'"), left out one kind at a time until it compiles. A
-    schema that is bad for another reason is a GrammarError, as from from_json_schema."""
+    as "'uniqueItems' (at /properties/tags)" (a format with its value: "'format' (at /x) =
+    'path'"), left out one kind at a time until it compiles. A schema that is bad for another
+    reason is a GrammarError, as from from_json_schema."""
     _check_schema(schema)
     notes: list[str] = []
     for _ in range(MAX_ROUNDS):

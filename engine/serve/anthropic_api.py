@@ -13,8 +13,8 @@ thinking blocks (with an empty signature: nothing is signed here). Fields that d
 the answer (metadata, cache_control, context_management, service_tier) are accepted; blocks
 and tools Tandem cannot honour (documents, MCP servers, containers, Anthropic-defined client
 tools, a tool without input_schema) are refused by name, as is a tool_use the next message does
-not answer (chat_messages.py checks it for every API); server tools Anthropic runs (web search, web fetch, code execution) are left
-out of what the model is offered (hosted_tools.py).
+not answer (chat_messages.py checks it for every API); server tools Anthropic runs (web
+search, web fetch, code execution) are left out of what the model is offered (hosted_tools.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from .pictures import MAX_REQUEST_PIXELS, check_pictures, picture
 class Origin:
     """Where a chat message came from in the client's API (a Responses input item, an Anthropic
     message and its blocks), so that a refusal names the field the client wrote."""
+
     where: str
     calls: tuple[str, ...] = ()  # each of its calls (a tool_use block, a function_call item)
     answers_at: str = ""  # the id a tool message answers with (tool_use_id, call_id)
@@ -59,8 +60,8 @@ def _content(content, where: str, budget: list[int]) -> tuple[str, list]:
     return "".join(parts), media
 
 
-def messages(req: ChatRequest, engine=None) -> list[dict]:
-    """The chat as the engine takes it: roles checked, an assistant's earlier calls with their
+def messages(req, engine=None) -> list[dict]:
+    """The chat of `req` (a request.ChatRequest) as the engine takes it: roles checked, an assistant's earlier calls with their
     arguments as objects (the template writes them in the model's syntax), and each tool
     answer tied to the call it answers (by id; it carries the call's function name). With the
     `engine`, its pictures are checked first (check_pictures); their pixels are bounded all

@@ -140,7 +140,6 @@ class ChatRequest(Sampling):
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name": ...}}
     parallel_tool_calls: bool = True
 
-
     def origin(self, i: int) -> Origin:
         return self._origins[i] if i < len(self._origins) else Origin(f"messages[{i}]")
 
@@ -208,7 +207,8 @@ def config(engine, req: Sampling, kind: str, default_k="auto", grammar: str | No
         raise ApiError(400, f"stop: at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each",
                        param="stop")
     spec, k = draft_choice(engine, req.tandem or TandemOptions(), default_k)
-    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp, seed=None if req.seed == -1 else req.seed, logprobs=top, **fmt)
+    seed = None if req.seed == -1 else req.seed
+    cfg = GenerationConfig(max_tokens=n, spec=spec, draft_max=k, sampling=sp, seed=seed, logprobs=top, **fmt)
     return replace(cfg, grammar=grammar) if grammar else cfg
 
 
