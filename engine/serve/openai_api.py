@@ -121,7 +121,7 @@ async def respond(state: ServerState, req: Sampling, request: Request, response:
                 yield chunk([part], timings=oa.Timings.of(r.stats) if req.timings_per_token else None)
         if r.stats is None:
             return
-        check = await schema_check(state, api, req, i, r.stopper.text) if req._schema_check else None
+        check = await schema_check(state, api, req, i, r.stopper.text)
         yield chunk([r.closing(i)], timings=oa.Timings.of(r.stats),
                     tandem=oa.TandemExtras(schema_check=[check]) if check else None)
         done.append(r.stats)
