@@ -5,6 +5,7 @@ others find it cached), so that the machine's drift and the cache fall on all th
 per second from the first text to the last, and the time to the first text; the ratio to chat.
 
     .venv/bin/python scripts/bench_apis.py -m TARGET.gguf [-d DRAFTER.gguf] [--max-tokens 128] [--rounds 3]
+        [--json docs/figures/apis.json]
     .venv/bin/python scripts/bench_apis.py --server http://127.0.0.1:8080   # a running tandem serve
 """
 
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_concurrency import free_port, wait_ready  # noqa: E402
+from scripts.figures import provenance  # noqa: E402
+
+LABELS = {"chat": "OpenAI chat completions", "messages": "Anthropic Messages", "responses": "OpenAI Responses"}
 
 PROMPTS = [json.loads(line)["prompt"] for line in (ROOT / "resources/prompts/bench.jsonl").read_text().splitlines()
            if line.strip()][:4]
@@ -79,6 +83,15 @@ def one(base: str, api: str, prompt: str, n: int) -> dict:
     return {"tps": tps, "ttft": (first or t0) - t0, "text": "".join(text), "tokens": tokens}
 
 
+def markdown(data: dict) -> str:
+    """The speed page's table of a run written with --json (tests/unit/test_figures.py checks it)."""
+    lines = ["| API | tok/s (median) | vs chat completions | first text (median) |", "|---|---|---|---|"]
+    chat = data["apis"]["chat"]["tps"]
+    for api, row in data["apis"].items():
+        lines.append(f"| {LABELS[api]} | {row['tps']:.1f} | {row['tps'] / chat:.3f}x | {row['ttft'] * 1e3:.0f} ms |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model")
@@ -87,7 +100,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
+    data = provenance("scripts/bench_apis.py")
     proc = None
     if args.server:
         base = args.server.rstrip("/").removesuffix("/v1")
@@ -117,14 +132,14 @@ def main() -> int:
             proc.terminate()
             proc.wait(30)
     same = all(runs[a][i]["text"] == runs["chat"][i]["text"] for a in apis for i in range(len(runs["chat"])))
-    chat_tps = statistics.median(r["tps"] for r in runs["chat"])
+    data.update(prompts=len(PROMPTS), rounds=args.rounds, max_tokens=args.max_tokens, same_text=same,
+                apis={a: {"tps": statistics.median(r["tps"] for r in runs[a]),
+                          "ttft": statistics.median(r["ttft"] for r in runs[a])} for a in apis})
     print(f"{len(PROMPTS)} prompts x {args.rounds} rounds, {args.max_tokens} tokens each, greedy, streamed")
-    print(f"{'API':<22}{'tok/s (median)':>16}{'vs chat':>10}{'first text (median)':>22}")
-    for a, label in zip(apis, ["OpenAI chat", "Anthropic messages", "OpenAI responses"]):
-        tps = statistics.median(r["tps"] for r in runs[a])
-        ttft = statistics.median(r["ttft"] for r in runs[a])
-        print(f"{label:<22}{tps:>16.1f}{tps / chat_tps:>9.3f}x{ttft * 1e3:>19.0f} ms")
+    print(markdown(data))
     print("same text through every API: " + ("yes" if same else "NO"))
+    if args.json and same:
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0 if same else 1
 
 

@@ -5,6 +5,7 @@ llama-cpp-python vendors, the same llama.cpp as Tandem's engine), on the same pr
 `tandem bench --suite edits`'s code edits, and prose and an explanation of code as the control.
 
     .venv/bin/python scripts/bench_edits.py -m gemma-3-270m-q4_k_m.gguf [-d drafter.gguf] [--max-tokens 256]
+        [--json docs/figures/edits.json]
 
 Greedy everywhere. Prints tok/s and the ratio to Tandem's baseline per group; Tandem's rows
 also say whether the text was the baseline's (identical or a near-tie).
@@ -13,6 +14,7 @@ also say whether the text was the baseline's (identical or a near-tie).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from engine.bench.side_by_side import run_bench  # noqa: E402
 from engine.bench.edit_suite import SUITE_CTX, edit_groups  # noqa: E402
 from engine.local.engine import Engine  # noqa: E402
 from engine.local.runtime import LoadOptions  # noqa: E402
+from scripts.figures import provenance  # noqa: E402
 
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 ACCEPT = re.compile(r"n_drafted\s*=\s*(\d+).*?n_accept\s*=\s*(\d+)", re.S)
@@ -59,6 +62,25 @@ def llama_ngram(tool: str, model: str, prompts: list[dict], spec: str, n: int, t
             "per_prompt": decoded / len(prompts)}
 
 
+def markdown(data: dict) -> str:
+    """The speed page's table of a run written with --json (tests/unit/test_figures.py checks it)."""
+    theirs = ("ngram-mod", "ngram-map-k")
+    lines = ["| prompts | Tandem baseline | " + " | ".join(f"Tandem {m['spec']}" for m in
+                                                         next(iter(data["tandem"].values()))["mtp"])
+             + " | " + " | ".join(f"llama.cpp `{s}`" for s in theirs) + " |"]
+    lines.append("|---|---|" + "---|" * (len(next(iter(data["tandem"].values()))["mtp"]) + len(theirs)))
+    for title, res in data["tandem"].items():
+        base = res["baseline"]["decode_tps"]
+        cells = [f"{title} ({data['prompts'][title]})", f"{base:.1f} tok/s"]
+        for m in res["mtp"]:
+            acc = f", {m['acceptance_rate'] * 100:.0f} % accepted" if m["acceptance_rate"] is not None else ""
+            cells.append(f"{m['decode_tps']:.1f} tok/s, **{m['decode_tps'] / base:.2f}x**{acc}, "
+                         f"{m['identical'] + m['near_ties']}/{m['prompts']} as baseline")
+        cells += [f"{data['llama'][title][s]['tps']:.1f}, {data['llama'][title][s]['tps'] / base:.2f}x" for s in theirs]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", required=True)
@@ -66,7 +88,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=SUITE_CTX)  # as `tandem bench --suite edits` takes
+    ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
+    data = provenance("scripts/bench_edits.py")
 
     groups = edit_groups()
     engine = Engine.load(args.model, args.drafter, LoadOptions(n_ctx=args.ctx, n_threads=args.threads,
@@ -103,6 +127,11 @@ def main() -> int:
             print(f"{'llama.cpp ' + spec:<28}{r['tps']:>8.1f}{r['tps'] / base:>12.2f}x{acc:>10}  "
                   f"{r['per_prompt']:.0f} tokens per prompt (its count)")
         print()
+    data.update(model=Path(args.model).name, max_tokens=args.max_tokens, threads=args.threads,
+                prompts={title: len(group) for title, group in groups.items()}, tandem=tandem, llama=theirs)
+    print(markdown(data))
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
