@@ -1,16 +1,16 @@
 """The terminal coding agents themselves (from npm, pinned) against the installed-style
-`tandem serve`, each configured exactly as the README says (only the port changes):
+`tandem serve`, each configured exactly as docs/agents.md says (only the port changes):
 
-* Claude Code, with the README's environment: its real first request (~17k tokens: its whole
+* Claude Code, with docs/agents.md's environment: its real first request (~17k tokens: its whole
   default system prompt in system blocks, its 24 default tools, thinking, a system message
   mid-conversation, x-api-key) goes through the Messages API, into tandem serve's default
   context, and its stream comes back, as do those of its 3 retries of a reply cut short;
-* Codex CLI, with the README's `~/.codex/config.toml`: its real first request (~8k tokens: its
+* Codex CLI, with docs/agents.md's `~/.codex/config.toml`: its real first request (~8k tokens: its
   instructions, tools, reasoning and include fields) goes through the Responses API, first
   into a context too small for it (Codex reads the 400 as its own "ran out of room" error),
   then into one that leaves a little room, whose stream it reads to the end;
-* opencode, with the README's `opencode.json` (`@ai-sdk/openai-compatible`): its title and
-  agent requests go through chat completions and their streams come back; with the README's
+* opencode, with docs/agents.md's `opencode.json` (`@ai-sdk/openai-compatible`): its title and
+  agent requests go through chat completions and their streams come back; with docs/agents.md's
   other provider package, `@ai-sdk/openai`, through the Responses API.
 
 All three run on the tiny pair over Gemma 4's real tokenizer (`real_vocab`), where
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow  # real agents on real-vocabulary models: minutes
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.197"
 CODEX = "@openai/codex@0.171.0"
 OPENCODE = "opencode-ai@1.18.33"
-README = Path(__file__).resolve().parents[2] / "README.md"
+AGENTS = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
 
 def install(package: str) -> Path:
@@ -68,8 +68,8 @@ def _installed(npm: str, package: str, where: Path) -> Path:
 
 
 def readme_environment(section_start: str) -> dict:
-    """The `export NAME=value` lines of the README's block after `section_start`."""
-    text = README.read_text("utf-8")
+    """The `export NAME=value` lines of the agents page's block after `section_start`."""
+    text = AGENTS.read_text("utf-8")
     block = text[text.index(section_start):].split("```sh", 1)[1].split("```", 1)[0]
     env = {}
     for line in block.splitlines():
@@ -80,8 +80,8 @@ def readme_environment(section_start: str) -> dict:
 
 
 def readme_block(section_start: str, language: str) -> str:
-    """The README's first ```language block after `section_start`."""
-    text = README.read_text("utf-8")
+    """The agents page's first ```language block after `section_start`."""
+    text = AGENTS.read_text("utf-8")
     return text[text.index(section_start):].split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
@@ -106,10 +106,10 @@ def test_claude_code_runs_a_turn_through_the_messages_api(real_vocab, tmp_path):
         props = httpx.get(f"http://127.0.0.1:{server.port}/props").json()
         assert props["default_generation_settings"]["n_ctx"] == 32768  # its default
         env = readme_environment("**Claude Code**")
-        assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8080"  # as the README writes it
+        assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8080"  # as docs/agents.md writes it
         env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{server.port}"
         env = {**agent_environment(tmp_path / "home", ("ANTHROPIC", "CLAUDE")), **env,
-               # offline by its own options: the README's (no telemetry, error reports or
+               # offline by its own options: docs/agents.md's (no telemetry, error reports or
                # updates) and no auto-updater; the random weights never end a reply by themselves
                "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8"}
         # its whole default prompt and tools; a permission mode that never asks, and so denies
@@ -142,8 +142,8 @@ def test_claude_code_runs_a_turn_through_the_messages_api(real_vocab, tmp_path):
 
 
 def run_codex(bin_dir: Path, port: int, tmp_path: Path, home: str, ask: str) -> subprocess.CompletedProcess:
-    """`codex exec ASK` with the README's config.toml (only the port changed) in a fresh
-    home, and TANDEM_API_KEY=none as the README runs it."""
+    """`codex exec ASK` with docs/agents.md's config.toml (only the port changed) in a fresh
+    home, and TANDEM_API_KEY=none as docs/agents.md runs it."""
     config = readme_block("**Codex CLI**", "toml")
     assert tomllib.loads(config)["model_providers"]["tandem"]["base_url"] == "http://127.0.0.1:8080/v1"
     env = agent_environment(tmp_path / home, ("OPENAI", "CODEX"))
@@ -190,7 +190,7 @@ def test_codex_runs_a_turn_through_the_responses_api(real_vocab, tmp_path):
     cut = re.findall(r"OpenAI responses \(stream\): (\d+) tokens", log)
     answered = re.findall(r"OpenAI responses( \(stream\))?: (\d+ tokens|\d{3}: )", log)
     assert len(cut) == 1 and len(answered) == 1, log[-2000:]  # one request, no retry
-    # the README's config leaves Codex's hosted web_search on (its default): left out, not a 400
+    # docs/agents.md's config leaves Codex's hosted web_search on (its default): left out, not a 400
     assert "hosted tools left out (web_search)" in log, log[-2000:]
     # the reply stops when the context is full: Codex read the whole stream, its text deltas up
     # to response.incomplete (reason max_output_tokens), printed the text and says so in its
@@ -202,7 +202,7 @@ def test_codex_runs_a_turn_through_the_responses_api(real_vocab, tmp_path):
     assert used == prompt + pad + int(cut[0]) and int(cut[0]) <= 17, out[-2000:]  # response.incomplete's usage
 
 
-@pytest.mark.parametrize("npm, api", [("@ai-sdk/openai-compatible", "OpenAI chat"),  # the README's
+@pytest.mark.parametrize("npm, api", [("@ai-sdk/openai-compatible", "OpenAI chat"),  # docs/agents.md's
                                       ("@ai-sdk/openai", "OpenAI responses")],  # and its other
                          ids=["chat-completions", "responses"])
 def test_opencode_runs_a_turn_through_chat_completions_or_responses(real_vocab, tmp_path, npm, api):
@@ -226,7 +226,7 @@ def test_opencode_runs_a_turn_through_chat_completions_or_responses(real_vocab, 
                    OPENCODE_DISABLE_DEFAULT_PLUGINS="1", OPENCODE_DISABLE_LSP_DOWNLOAD="1",
                    OPENCODE_DISABLE_SHARE="1")
         # the random weights never end a reply: the model's output limit (max_tokens) comes down
-        # from the README's 8192 to 24, merged over the config by opencode's own variable
+        # from docs/agents.md's 8192 to 24, merged over the config by opencode's own variable
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(
             {"provider": {"tandem": {"models": {"gemma-4": {"limit": {"context": 32768, "output": 24}}}}}})
         r = subprocess.run([str(bin_dir / "opencode"), "run", "--print-logs", "say hi"], cwd=work, env=env,

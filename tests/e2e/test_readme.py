@@ -1,13 +1,16 @@
-"""The README is executable: every command in its code blocks runs here, through the installed
-`tandem` console script (the one beside this Python, as the user types it), with the synthetic
-models standing in for downloads and a local hub standing in for Hugging Face.
+"""The README and the docs/ pages are executable: every command in their code blocks runs here,
+through the installed `tandem` console script (the one beside this Python, as the user types
+it), with the synthetic models standing in for downloads and a local hub standing in for
+Hugging Face.
 
-The blocks are read from README.md itself: a command (or a block) the README gains without a
-runner here fails `test_every_readme_block_is_run`, naming it, so this file grows with the README.
+The blocks are read from the pages themselves (tests/support/docs.py): a command (or a block) a
+page gains without a runner here fails `test_every_readme_block_is_run`, naming it, so this file
+grows with the pages.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -22,12 +25,12 @@ from pathlib import Path
 import openai
 import pytest
 
+from ..support import docs
 from ..support.hubserver import Hub
 from ..support.llamaserver import free_port
 
-pytestmark = pytest.mark.slow  # every README command, through the installed console script
+pytestmark = pytest.mark.slow  # every command of the pages, through the installed console script
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 TANDEM = Path(sys.executable).parent / "tandem"  # the console script pip installed
 ENGINE_REPO = "ggml-org/gemma-4-E4B-it-GGUF"
 
@@ -53,21 +56,21 @@ ELSEWHERE = {
     "claude": "Claude Code itself (from npm): tests/e2e/test_coding_agents.py runs it with the environment above",
 }
 SHELL = ("sh", "bash", "shell", "console")  # a fence of commands; an indented block is commands too
-# the README's other blocks, by language and the heading (or bold lead-in) above them: where each runs
+# the pages' other blocks, by language and the heading (or bold lead-in) above them: where each runs
 OTHER_BLOCKS = {
     ("python", "**OpenAI Agents SDK**"): "test_agents_sdk_set_up, below",
-    ("python", "## Python API"): "test_python_api_example, below",
+    ("python", "# The Python API"): "test_python_api_example, below",
     ("toml", "**Codex CLI**"): "tests/e2e/test_coding_agents.py: Codex reads it as its config.toml",
     ("json", "**opencode**"): "tests/e2e/test_coding_agents.py: opencode reads it as its opencode.json",
 }
 
 
 def readme_blocks() -> list[tuple[str, str, list[str]]]:
-    """The README's code blocks as (language, the heading or bold lead-in above, lines): fenced
+    """The pages' code blocks as (language, the heading or bold lead-in above, lines): fenced
     ones, and indented ones (language "sh"), which start after a blank line; an indented line
     right after text is a list item's continuation, not code."""
     blocks, anchor, fence, indented, prev = [], "", None, False, ""
-    for line in README.read_text("utf-8").splitlines():
+    for line in docs.text().splitlines():
         if fence is not None:
             if line.startswith("```"):
                 blocks.append(fence)
@@ -90,7 +93,7 @@ def readme_blocks() -> list[tuple[str, str, list[str]]]:
 
 
 def readme_commands() -> list[str]:
-    """Every command of the README's shell blocks, continuation lines joined, comments dropped."""
+    """Every command of the pages' shell blocks, continuation lines joined, comments dropped."""
     out, pending = [], ""
     for lang, _, lines in readme_blocks():
         if lang not in SHELL:
@@ -114,7 +117,7 @@ def _elsewhere(cmd: str) -> bool:
 @pytest.fixture(scope="module")
 def place(tmp_path_factory, tiny):
     """A user's folder: a fresh home (settings, library, Hugging Face cache), the synthetic
-    files under the names the README uses, and a local hub serving a published layout."""
+    files under the names the pages use, and a local hub serving a published layout."""
     home = tmp_path_factory.mktemp("home")
     work = home / "work"
     work.mkdir()
@@ -142,7 +145,7 @@ def place(tmp_path_factory, tiny):
 
 
 def run(place, cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`cmd` as the README writes it, with `.venv/bin/tandem` the installed console script."""
+    """`cmd` as a page writes it, with `.venv/bin/tandem` the installed console script."""
     args = shlex.split(cmd)
     assert args[0] == ".venv/bin/tandem", cmd
     r = subprocess.run([str(TANDEM), *args[1:]], cwd=place["work"], env=place["env"], capture_output=True,
@@ -152,7 +155,7 @@ def run(place, cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def concrete(cmd: str, **values) -> str:
-    """A README line made runnable: [optional parts] kept, placeholders replaced."""
+    """A line of a page made runnable: [optional parts] kept, placeholders replaced."""
     cmd = re.sub(r"\[([^\]]*)\]", r"\1", cmd).replace("~/", "$HOME/")
     cmd = cmd.replace("$HOME/", values.pop("home", "") + "/")
     for k, v in values.items():
@@ -161,7 +164,7 @@ def concrete(cmd: str, **values) -> str:
 
 
 class Served:
-    """`tandem serve` started as the README says, until stopped."""
+    """`tandem serve` started as a page says, until stopped."""
 
     def __init__(self, place, cmd: str):
         args = shlex.split(cmd)
@@ -186,21 +189,21 @@ class Served:
 
 
 def test_every_readme_block_is_run():
-    """Each command of the README's shell blocks is run below, or named in ELSEWHERE with the
+    """Each command of the pages' shell blocks is run below, or named in ELSEWHERE with the
     reason; each other block is named in OTHER_BLOCKS (the Python ones are the blocks the tests
-    below run); and nothing here names a command the README no longer has."""
+    below run); and nothing here names a command no page has any longer."""
     commands = readme_commands()
     missing = [c for c in commands if not _elsewhere(c) and c not in RUNNERS]
-    assert not missing, "README commands no test here runs:\n" + "\n".join(missing)
+    assert not missing, "commands of the pages no test here runs:\n" + "\n".join(missing)
     others = [(lang, anchor) for lang, anchor, _ in readme_blocks() if lang not in SHELL]
     unknown = [b for b in others if b not in OTHER_BLOCKS]
-    assert not unknown, f"README blocks no test here knows: {unknown}"
+    assert not unknown, f"blocks of the pages no test here knows: {unknown}"
     for lang, anchor, lines in readme_blocks():
         if lang == "python":
             assert "\n".join(lines) + "\n" == python_block(anchor), anchor  # the block its test runs
     stale = [c for c in [*RUNNERS, *ELSEWHERE] if c not in IN_PROSE
              and not any(c == x or x.startswith(c + " ") for x in commands)]
-    assert not stale, f"commands here the README no longer has: {stale}"
+    assert not stale, f"commands here no page has any longer: {stale}"
     assert len(commands) >= 15  # the blocks were read at all
     test_command = next(c for c in commands if "pytest" in c and "install.sh" in c)
     assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command  # CI runs what it says
@@ -275,8 +278,19 @@ LOAD_SCRIPT = (".venv/bin/python scripts/bench_concurrency.py -m 26b-a4b-target.
 GPU_BENCH = 'LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--out gpu-bench]'
 GPU_BENCH_CPU = 'bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]'
 HEAD_SCRIPT = ".venv/bin/python scripts/bench_draft_head.py [--sizes e2b e4b] --json docs/figures/draft_head.json"
-RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU, HEAD_SCRIPT}
-IN_PROSE = {LOAD}  # run too, though the README names it in its text (as URL), not in a block
+SPEED_SCRIPT = (".venv/bin/python scripts/bench_speed.py -m e2b-target.gguf -d e2b-drafter-a1.gguf "
+                "-d e2b-drafter-a0.35.gguf --json docs/figures/speed_e2b.json")
+GRAMMAR_SCRIPTS = [
+    ".venv/bin/python scripts/bench_grammar.py -m gemma-3-270m-q4_k_m.gguf --json-schema "
+    "resources/prompts/schemas/film.json --json docs/figures/grammar_gemma3.json",
+    ".venv/bin/python scripts/bench_grammar.py -m e2b-target.gguf -d e2b-drafter-a1.gguf --json-schema "
+    "resources/prompts/schemas/film.json resources/prompts/schemas/inventory.json --rounds 1 --max-tokens 96 "
+    "--json docs/figures/grammar_e2b.json"]
+APIS_SCRIPT = (".venv/bin/python scripts/bench_apis.py -m e2b-target.gguf -d e2b-drafter-a1.gguf --threads 2 "
+               "--json docs/figures/apis.json")
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU, HEAD_SCRIPT, SPEED_SCRIPT,
+           *GRAMMAR_SCRIPTS, APIS_SCRIPT}
+IN_PROSE = {LOAD}  # run too, though a page names it in its text (as URL), not in a block
 
 
 def test_use_section(place):
@@ -293,7 +307,7 @@ def test_models_section(place):
 
 
 def test_serve_section_and_clients_of_it(place):
-    """`tandem serve` as the README starts it; the openai SDK lists the model and chats; the
+    """`tandem serve` as a page starts it; the openai SDK lists the model and chats; the
     remote commands of "Bigger models" talk to it; Ctrl+C stops it."""
     port = str(free_port())
     server = Served(place, concrete(SERVE, **{"8080": port}))
@@ -321,7 +335,7 @@ def test_serve_section_and_clients_of_it(place):
 
 
 def test_load_benchmark_script(place, tiny, llama_server_bin):
-    """The README's side-by-side load benchmark, on the tiny pair: tandem serve and llama-server,
+    """The speed page's side-by-side load benchmark, on the tiny pair: tandem serve and llama-server,
     drafting on and off, each level's replies checked against the prompt's reply alone."""
     out = place["work"] / "concurrency.json"
     args = shlex.split(concrete(LOAD_SCRIPT, **{"26b-a4b-target.gguf": str(tiny["target"]),
@@ -339,12 +353,12 @@ def test_load_benchmark_script(place, tiny, llama_server_bin):
     sys.path.insert(0, str(ROOT))
     from scripts.bench_concurrency import markdown
 
-    table = markdown(json.loads(out.read_text("utf-8")))  # the file the README's table comes from
+    table = markdown(json.loads(out.read_text("utf-8")))  # the file the pages' table comes from
     assert table.count("\n") == 8 and "| Tandem serve, MTP k=3 |" in table
 
 
 def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_path):
-    """The README's clustered-head benchmark as it runs, on the tiny pair with a clustered head in
+    """The speed page's clustered-head benchmark as it runs, on the tiny pair with a clustered head in
     place of the sizes' pairs (--pair), 8 tokens: both heads and llama-server's three, one table."""
     out = tmp_path / "draft_head.json"
     args = shlex.split(concrete(HEAD_SCRIPT, **{"docs/figures/draft_head.json": str(out)}))
@@ -364,8 +378,32 @@ def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_pat
     assert markdown(data) in r.stdout and markdown(data).count("\n") == 4
 
 
+def test_speed_page_scripts(place, tiny, tmp_path):
+    """The speed page's one-reply, schema and API benchmarks as it runs them, on the tiny pair for
+    every model named (8 tokens, one round): each writes its figures file, and the page's table of
+    that file is what it printed."""
+    sys.path.insert(0, str(ROOT))
+    files = {"e2b-target.gguf": str(tiny["target"]), "gemma-3-270m-q4_k_m.gguf": str(tiny["target"]),
+             "e2b-drafter-a1.gguf": str(tiny[1.0]), "e2b-drafter-a0.35.gguf": str(tiny[0.0])}
+    shorter = {"bench_speed.py": ["--max-tokens", "8", "--draft-max", "auto", "2"],
+               "bench_grammar.py": ["--max-tokens", "8", "--rounds", "1"],
+               "bench_apis.py": ["--max-tokens", "8", "--rounds", "1"]}
+    for cmd in [SPEED_SCRIPT, *GRAMMAR_SCRIPTS, APIS_SCRIPT]:
+        args = shlex.split(concrete(cmd, **files))
+        out = tmp_path / Path(args[-1]).name
+        args[-1] = str(out)
+        assert args[:2] == [".venv/bin/python", args[1]] and args[1].startswith("scripts/")
+        r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], *shorter[Path(args[1]).name]],
+                           cwd=ROOT, env=place["env"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
+        data = json.loads(out.read_text("utf-8"))
+        table = importlib.import_module("scripts." + Path(args[1]).stem).markdown(data)
+        assert table in r.stdout and table.count("\n") >= 2, r.stdout
+        assert data["command"].startswith(args[1]) and data["commit"]
+
+
 def test_gpu_benchmark_script(place, llama_server_bin, tmp_path):
-    """The GPU script as the README runs it, on the CPU (--cpu) with the tiny pair: it writes the
+    """The GPU script as a page runs it, on the CPU (--cpu) with the tiny pair: it writes the
     pair, measures both servers and prints one table. The GPU line itself is checked for what
     this machine can check: without a GPU build and no wheel to install, it says so in one line."""
     env = {**place["env"], "LLAMA_SERVER": llama_server_bin}
@@ -385,21 +423,21 @@ def test_gpu_benchmark_script(place, llama_server_bin, tmp_path):
 
 
 def python_block(section: str) -> str:
-    """The first ```python block after the README's heading `section`."""
-    text = README.read_text("utf-8")
+    """The first ```python block after the heading (or lead-in) `section` of any page."""
+    text = docs.text()
     return text[text.index(section):].split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_python_api_example(place, tiny):
-    """The README's Python block, with the synthetic pair for its file names."""
-    block = python_block("## Python API")
+    """The Python API page's Python block, with the synthetic pair for its file names."""
+    block = python_block("# The Python API")
     code = block.replace('"target.gguf"', repr(str(tiny["target"]))).replace('"drafter.gguf"', repr(str(tiny[1.0])))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "tok/s" in r.stdout
 
 
-# an agent's run with the README's set-up: the synthetic model's reply never ends by itself, and
+# an agent's run with the pages' set-up: the synthetic model's reply never ends by itself, and
 # the SDK takes a reply cut at max_output_tokens as an error (as OpenAI's), so stop strings end it
 AGENT_RUN = """
 import asyncio
