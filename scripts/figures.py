@@ -21,6 +21,10 @@ def provenance(script: str) -> dict:
     """`script`: the path the README runs it by (scripts/NAME.py); its arguments are this run's."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
+    # code that is not in the commit it names would make the figure's provenance untrue
+    changed = subprocess.run(["git", "status", "--porcelain", "--", "engine", "scripts", "packaging", "resources"],
+                             cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit += " with uncommitted changes" if changed else ""
     return {"command": " ".join([script] + sys.argv[1:]), "commit": commit, "date": time.strftime("%Y-%m-%d"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs" + _gpu()}
 
