@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_concurrency import free_port, wait_ready  # noqa: E402
-from scripts.figures import provenance  # noqa: E402
+from scripts.figures import provenance, save  # noqa: E402
 
 LABELS = {"chat": "OpenAI chat completions", "messages": "Anthropic Messages", "responses": "OpenAI Responses"}
 
@@ -138,8 +138,8 @@ def main() -> int:
     print(f"{len(PROMPTS)} prompts x {args.rounds} rounds, {args.max_tokens} tokens each, greedy, streamed")
     print(markdown(data))
     print("same text through every API: " + ("yes" if same else "NO"))
-    if args.json and same:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    if same:
+        save(args.json, data)
     return 0 if same else 1
 
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_concurrency import free_port, serve, stop  # noqa: E402
-from scripts.figures import provenance  # noqa: E402
+from scripts.figures import provenance, save  # noqa: E402
 
 LLAMA_KS = (3, 8)
 
@@ -130,8 +130,7 @@ def main() -> int:
         data["pairs"][size] = got
         print(f"{size}: {json.dumps(got)}", flush=True)
     print(markdown(data))
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    save(args.json, data)
     return 0
 
 

@@ -14,7 +14,6 @@ also say whether the text was the baseline's (identical or a near-tie).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from engine.bench.side_by_side import run_bench  # noqa: E402
 from engine.bench.edit_suite import SUITE_CTX, edit_groups  # noqa: E402
 from engine.local.engine import Engine  # noqa: E402
 from engine.local.runtime import LoadOptions  # noqa: E402
-from scripts.figures import provenance  # noqa: E402
+from scripts.figures import provenance, save  # noqa: E402
 
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 ACCEPT = re.compile(r"n_drafted\s*=\s*(\d+).*?n_accept\s*=\s*(\d+)", re.S)
@@ -130,8 +129,7 @@ def main() -> int:
     data.update(model=Path(args.model).name, max_tokens=args.max_tokens, threads=args.threads,
                 prompts={title: len(group) for title, group in groups.items()}, tandem=tandem, llama=theirs)
     print(markdown(data))
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    save(args.json, data)
     return 0
 
 

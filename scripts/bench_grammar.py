@@ -11,7 +11,6 @@ the ratio, and the time spent in the grammar itself (llguidance's mask and check
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from engine.bench.side_by_side import load_prompts, prompt_tokens  # noqa: E402
 from engine.local.engine import Engine  # noqa: E402
 from engine.generation import AUTO, SPEC_NONE, GenerationConfig  # noqa: E402
 from engine.local.runtime import LoadOptions  # noqa: E402
-from scripts.figures import provenance  # noqa: E402
+from scripts.figures import provenance, save  # noqa: E402
 
 GRAMMAR_CALLS = ("allowed", "allows", "best", "valid_prefix", "forced", "clone", "accept")
 
@@ -103,8 +102,7 @@ def main() -> None:
             data["rows"].append({"schema": Path(path).name, "mode": label, **measure(e, toks, grammar, spec, spent, args)})
     e.close()
     print(markdown(data))
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    save(args.json, data)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ were the baseline's. The speed page's first table (docs/speed.md) is its --json 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from engine.bench.side_by_side import format_table, load_prompts, run_bench  # n
 from engine.generation import AUTO  # noqa: E402
 from engine.local.engine import Engine  # noqa: E402
 from engine.local.runtime import LoadOptions  # noqa: E402
-from scripts.figures import provenance  # noqa: E402
+from scripts.figures import provenance, save  # noqa: E402
 
 
 def markdown(data: dict) -> str:
@@ -66,8 +65,7 @@ def main() -> int:
         print(f"\n{Path(drafter).name}:\n{format_table(res, legend=False)}\n", flush=True)
         data["runs"].append({"drafter": Path(drafter).name, **res})
     print(markdown(data))
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    save(args.json, data)
     return 0
 
 

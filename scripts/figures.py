@@ -29,6 +29,12 @@ def provenance(script: str) -> dict:
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs" + _gpu()}
 
 
+def save(path: str | None, data: dict) -> None:
+    """A figures file (the run's `--json OUT`), as every benchmark writes it; no path, no file."""
+    if path:
+        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
 def _gpu() -> str:
     """", NAME" of the GPU llama.cpp would use, where this build sees one."""
     sys.path.insert(0, str(ROOT))
