@@ -94,9 +94,13 @@ def written(text: str) -> str:
     return text
 
 
+def pages() -> list[Path]:
+    """The pages a reader reads: the README, then docs/*.md (tests/support/docs.py reads these too)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def main() -> int:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    for page in pages:
+    for page in pages():
         before = page.read_text("utf-8")
         after = written(before)
         if after != before:

@@ -3,6 +3,7 @@ code (every command run, every table its figures file, the layout every module) 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -10,7 +11,10 @@ README = ROOT / "README.md"
 
 
 def pages() -> list[Path]:
-    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+    sys.path.insert(0, str(ROOT))
+    from scripts.figures import pages as reader_pages  # one list of the pages, for the tests and the renderer
+
+    return reader_pages()
 
 
 def text() -> str:
