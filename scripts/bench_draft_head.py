@@ -1,7 +1,8 @@
 """The drafter's head, side by side in one run (issue: the clustered head of E2B/E4B's
 drafters): for each pair, Tandem's MTP with the full head and with the clustered head (a draft
 step's cost against a target step, acceptance, decode tok/s with auto's draft length against
-no drafting), and llama.cpp's own draft-mtp (llama-server, one slot, draft lengths 3 and 8) on
+no drafting), with Tandem's own clustering of the same head (engine/models/own_clusters.py, as
+a drafter without centroids gets it), and llama.cpp's own draft-mtp (llama-server, one slot, draft lengths 3 and 8) on
 the same weights, whose build cannot load a drafter with a clustered head: it gets the file
 without it (engine/models/drafter_file.py). Greedy, every reply checked against the baseline's.
 
@@ -85,7 +86,8 @@ def markdown(data: dict) -> str:
              "| vs llama.cpp draft-mtp |", "|---|---|---|---|---|---|---|"]
     for size, got in data["pairs"].items():
         best_llama = max(v["tps"] for k, v in got["llama-server"].items() if k != "none")
-        for row in (got["full"], got["clustered"]):
+        for row in (got["full"], got["clustered"], *([{**got["own"], "head": "Tandem's own k-means, " +
+                                                        got["own"]["head"]}] if "own" in got else [])):
             lines.append(f"| {size} | {row['head']} | {row['draft_step_ms']:.2f} ms / {row['step_ms']:.2f} ms = "
                          f"{row['draft_vs_step']:.2f}x | {row['acceptance'] * 100:.0f} % | {row['mtp_tps']:.1f} | "
                          f"{row['speedup']:.2f}x | {row['mtp_tps'] / best_llama:.2f}x |")
@@ -111,6 +113,7 @@ def main() -> int:
 
     from engine.bench.side_by_side import load_prompts
     from engine.models.drafter_file import write_plain_drafter
+    from engine.models.own_clusters import with_own_clusters
     from engine.testmodels import make_test_models
 
     prompts = load_prompts()
@@ -124,8 +127,11 @@ def main() -> int:
             # the full head on the weights as llama.cpp's converter writes them (no centroids, rows in
             # token order), as llama.cpp's draft-mtp gets them
             plain = write_plain_drafter(drafter, Path(scratch) / "drafter-plain.gguf")
+            # Tandem's own clustering of those rows, as a drafter without centroids gets it
+            own = with_own_clusters(plain, out=Path(scratch) / "drafter-kmeans.gguf")
             got = {"full": tandem_rows(target, plain, "full", prompts, args.max_tokens, args.threads),
                    "clustered": tandem_rows(target, drafter, "clustered", prompts, args.max_tokens, args.threads),
+                   "own": tandem_rows(target, own, "clustered", prompts, args.max_tokens, args.threads),
                    "llama-server": llama_rows(binary, target, plain, prompts, args.max_tokens, args.threads)}
         data["pairs"][size] = got
         print(f"{size}: {json.dumps(got)}", flush=True)

@@ -202,7 +202,7 @@ def _add_serve(sub) -> None:
 
 def _add_models(sub) -> None:
     """`tandem models …`: the catalog, downloads, imports."""
-    mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models")
+    mm = sub.add_parser("models", help="list, download, import or verify Gemma 4 models, or cluster a drafter's head")
     msub = mm.add_subparsers(dest="models_command", parser_class=_Parser, required=True)
     msub.add_parser("list", help="the catalog, what fits this machine, and your models")
     d = msub.add_parser("download", help="download a Gemma 4 model and its MTP drafter")
@@ -214,6 +214,13 @@ def _add_models(sub) -> None:
     i = msub.add_parser("import", help="add GGUF files from disk (finds the matching drafter)")
     i.add_argument("path", help="a target GGUF, or a folder of them")
     msub.add_parser("verify", help="check that your models are present and pair")
+    c = msub.add_parser("cluster", help="give a drafter without cluster centroids Tandem's own clustered head")
+    c.add_argument("drafter", help="a drafter GGUF (an E2B/E4B assistant from the Hub has no centroids)")
+    c.add_argument("--clusters", type=int, default=0, help="clusters of the vocabulary, dividing it evenly "
+                   "(default: 128 tokens each, as the published assistants: 2048 of 262,144)")
+    c.add_argument("--top-k", type=int, default=32, help="clusters scored exactly at each draft step "
+                   "(default 32, at most all of them)")
+    c.add_argument("--out", help="write it here (default: Tandem's data folder, where --draft-head auto finds it)")
 
 
 def _add_make_test_models(sub) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import EngineError, MTPUnavailableError
 from ..models.draft_head import ENV as DRAFT_HEAD_ENV
 from ..models.draft_head import DraftHead, choose_head
+from ..models.own_clusters import drafter_for_head
 from ..models.fit import Placement, place
 from ..models.gguf_info import GGUFInfo, check_drafter, check_target, read_gguf_info
 from ..models.hardware import free_memory, physical_cores
@@ -286,6 +287,9 @@ class Runtime:
         self.drafter_info: GGUFInfo | None = None
         self.draft_head: DraftHead | None = None
         if drafter_path is not None:
+            # a drafter without a clustered head may have Tandem's own (engine/models/own_clusters.py)
+            drafter_path = drafter_for_head(drafter_path, options.draft_head, progress and (
+                lambda done, of: progress("drafter (clustering its head, once)", done / of)))
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
             self.draft_head = choose_head(options.draft_head, self.drafter_info, clustered_head_built())

@@ -9,7 +9,6 @@ once before anything is written (drafter_file.write_clustered_drafter)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -114,27 +113,32 @@ def fetch_clusters(repo: str, n_vocab: int, width: int, revision: str | None = N
 def with_clusters(drafter: Path, repo: str, notes: list, endpoint=None, token=None, cache_dir=None,
                   offline: bool = False) -> Path:
     """The downloaded `drafter` with its clustered head from its published checkpoint `repo`,
-    as Tandem writes it (drafter_file.py) into its data folder, once for each drafter file; the
-    drafter itself where it has one already or none can be had (`notes` then say why: it drafts
-    with the full head)."""
+    as Tandem writes it (drafter_file.py) into its data folder, once for each drafter file; where
+    the checkpoint cannot be had (offline, or the Hub refuses), Tandem's own clustering of the
+    drafter's head (own_clusters.py; `notes` say why); the drafter itself where it has one already."""
     from .drafter_file import write_clustered_drafter
     from .gguf_info import read_gguf_info
-    from .library import data_dir
+    from .own_clusters import kept_path, with_own_clusters
 
     info = read_gguf_info(drafter)
     if info.head_tensors:
         return drafter
-    st = drafter.stat()  # the file by where it is, its size and time
-    key = hashlib.sha256(f"{drafter.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
-    out = data_dir() / "drafters" / f"{drafter.stem}-{key}-clustered.gguf"
+    out = kept_path(drafter, "clustered")
     if out.exists():
         return out
-    if offline:
-        notes.append("offline: the drafter's clustered head is fetched when online; it drafts with the full head")
-        return drafter
+    why = "offline"
+    if not offline:
+        try:
+            c = fetch_clusters(repo, info.n_vocab, info.n_embd, endpoint=endpoint, token=token, cache_dir=cache_dir)
+            return write_clustered_drafter(drafter, out, c.centroids, c.ordering, c.top_k)
+        except (ClustersUnavailable, OSError, ValueError) as e:
+            why = str(e)
+    # without the published head, Tandem's own clustering of the drafter's head rows
     try:
-        c = fetch_clusters(repo, info.n_vocab, info.n_embd, endpoint=endpoint, token=token, cache_dir=cache_dir)
-        return write_clustered_drafter(drafter, out, c.centroids, c.ordering, c.top_k)
-    except (ClustersUnavailable, OSError, ValueError) as e:
-        notes.append(f"the drafter's clustered head: {e}; it drafts with the full head")
+        own = with_own_clusters(drafter)
+    except (OSError, ValueError) as e:
+        notes.append(f"the drafter's clustered head: {why}, and Tandem could not cluster it ({e}); "
+                     "it drafts with the full head")
         return drafter
+    notes.append(f"the drafter's clustered head: {why}; Tandem clustered the drafter's head itself (k-means)")
+    return own

@@ -1,4 +1,4 @@
-"""`tandem models list | download | import | verify`."""
+"""`tandem models list | download | import | verify | cluster`."""
 
 from __future__ import annotations
 
@@ -120,6 +120,29 @@ def cmd_verify(args) -> int:
     return 2 if bad else 0
 
 
+def cmd_cluster(args) -> int:
+    from .own_clusters import default_clusters, kept_path, with_own_clusters
+
+    src = Path(args.drafter)
+    info = read_gguf_info(src)
+    if not info.is_drafter:
+        raise TandemError(f"{src.name} is not an MTP drafter (a gemma4-assistant GGUF)")
+    if info.head_tensors:
+        print(f"{src.name} has a clustered head already: nothing to do")
+        return 0
+    out = Path(args.out) if args.out else kept_path(src, "kmeans")
+    n = args.clusters or default_clusters(info.n_vocab)
+    if n < 2 or info.n_vocab % n or not 1 <= args.top_k:
+        raise TandemError(f"--clusters must divide the {info.n_vocab:,} tokens evenly and --top-k be at least 1 "
+                          f"(got {n} and {args.top_k})")
+    print(f"clustering {info.n_vocab:,} head rows of {info.n_embd} into {n:,} clusters "
+          "(k-means; about a minute on 2 cores)...", file=sys.stderr, flush=True)
+    path = with_own_clusters(src, n, args.top_k, out=out,
+                             progress=lambda i, n: print(f"  pass {i} of {n}", file=sys.stderr, flush=True))
+    print(f"drafter: {path.resolve()}")
+    return 0
+
+
 def run(args) -> int:
     return {"list": cmd_list, "download": cmd_download, "import": cmd_import,
-            "verify": cmd_verify}[args.models_command](args)
+            "verify": cmd_verify, "cluster": cmd_cluster}[args.models_command](args)

@@ -95,11 +95,26 @@ def test_a_hub_drafter_gets_its_clustered_head_from_the_checkpoint(hub, clustere
         e.close()
 
 
-def test_without_a_checkpoint_the_drafter_comes_as_it_is_and_the_notes_say_why(hub, tmp_path):
+def test_without_a_checkpoint_the_drafter_gets_tandems_own_clustered_head_and_the_notes_say_why(hub, tmp_path):
+    """The checkpoint is gone (or the machine is offline): Tandem clusters the downloaded drafter's
+    head rows itself (engine/models/own_clusters.py), and the pair drafts with that head."""
     checkpoint = hub.repos.pop(ASSISTANT)
     try:
         res = Downloader(endpoint=hub.url, cache_dir=tmp_path / "hf-cache").download_pair(find("gemma-4-e2b"), "Q4_K_M")
     finally:
         hub.repos[ASSISTANT] = checkpoint
-    assert res.drafter.name == "gemma-4-E2B-it-MTP-Q8_0.gguf" and not read_gguf_info(res.drafter).head_tensors
-    assert any(n.startswith("the drafter's clustered head:") and "full head" in n for n in res.notes), res.notes
+    assert res.drafter.name.startswith("gemma-4-E2B-it-MTP-Q8_0-") and res.drafter.name.endswith("-kmeans.gguf")
+    assert res.drafter.parent == Path(os.environ["TANDEM_DATA_DIR"]) / "drafters"
+    assert set(read_gguf_info(res.drafter).head_tensors) == {"masked_embd_centroids.weight", "masked_embd_ordering"}
+    said = "Tandem clustered the drafter's head itself (k-means)"
+    assert any(n.startswith("the drafter's clustered head:") and n.endswith(said) for n in res.notes), res.notes
+    e = Engine.load(res.target, res.drafter, LoadOptions(n_ctx=2048, n_threads=1, cache_disk_mib=0))
+    try:
+        assert e.draft_head.kind == "clustered"
+        ask = e.format_chat([{"role": "user", "content": "Write a Python function that reverses a list."}])
+        base = e.run(ask, GenerationConfig(max_tokens=24, spec="none")).tokens
+        e.reset()
+        r = e.run(ask, GenerationConfig(max_tokens=24, spec="mtp", draft_max=3))
+        assert r.tokens == base and r.stats.accepted_tokens > 0
+    finally:
+        e.close()

@@ -277,6 +277,8 @@ LOAD_SCRIPT = (".venv/bin/python scripts/bench_concurrency.py -m 26b-a4b-target.
                "--levels 1 4 8 --fixed 1 2 3 --threads 2 --rounds 3 --json docs/figures/concurrency_26b_a4b.json")
 GPU_BENCH = 'LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz bash scripts/gpu_bench.sh [--sizes "e4b 12b 26b-a4b 31b"] [--out gpu-bench]'
 GPU_BENCH_CPU = 'bash scripts/gpu_bench.sh --cpu [--sizes "e4b 26b-a4b"]'
+CLUSTER = (".venv/bin/tandem models cluster gemma-4-E4B-it-assistant-Q8_0.gguf [--clusters N] [--top-k K] "
+           "[--out FILE]")
 HEAD_SCRIPT = ".venv/bin/python scripts/bench_draft_head.py [--sizes e2b e4b] --json docs/figures/draft_head.json"
 SPEED_SCRIPT = (".venv/bin/python scripts/bench_speed.py -m e2b-target.gguf -d e2b-drafter-a1.gguf "
                 "-d e2b-drafter-a0.35.gguf --json docs/figures/speed_e2b.json")
@@ -288,7 +290,7 @@ GRAMMAR_SCRIPTS = [
     "--json docs/figures/grammar_e2b.json"]
 APIS_SCRIPT = (".venv/bin/python scripts/bench_apis.py -m e2b-target.gguf -d e2b-drafter-a1.gguf --threads 2 "
                "--json docs/figures/apis.json")
-RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, GPU_BENCH, GPU_BENCH_CPU, HEAD_SCRIPT, SPEED_SCRIPT,
+RUNNERS = {*USE, *MODELS, SERVE, *REMOTE, LOAD, LOAD_SCRIPT, CLUSTER, GPU_BENCH, GPU_BENCH_CPU, HEAD_SCRIPT, SPEED_SCRIPT,
            *GRAMMAR_SCRIPTS, APIS_SCRIPT}
 IN_PROSE = {LOAD}  # run too, though a page names it in its text (as URL), not in a block
 
@@ -373,9 +375,27 @@ def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_pat
     data = json.loads(out.read_text("utf-8"))
     got = data["pairs"]["tiny"]
     assert got["full"]["head"].startswith("full") and got["clustered"]["head"].startswith("clustered: 32 of 2,048")
-    assert got["full"]["identical"] == got["clustered"]["identical"] == got["clustered"]["prompts"]
+    assert got["own"]["head"] == got["clustered"]["head"]  # Tandem's own, of the same shape
+    assert got["full"]["identical"] == got["clustered"]["identical"] == got["own"]["identical"] == \
+        got["clustered"]["prompts"]
     assert set(got["llama-server"]) == {"none", "draft-mtp k=3", "draft-mtp k=8"}
-    assert markdown(data) in r.stdout and markdown(data).count("\n") == 4
+    assert markdown(data) in r.stdout and markdown(data).count("\n") == 5
+    assert "| tiny | Tandem's own k-means, clustered: 32 of 2,048" in markdown(data)
+
+
+def test_cluster_command(place):
+    """`tandem models cluster` as the speed page writes it: the drafter written again with
+    Tandem's own clustered head, which the patched llama.cpp then drafts with."""
+    r = run(place, concrete(CLUSTER, N="4", K="2", FILE="own-head.gguf"))
+    made = Path(re.search(r"^drafter: (\S+)$", r.stdout, re.M).group(1))
+    assert made == place["work"] / "own-head.gguf"
+    assert "4 clusters" in r.stderr and "pass 6 of 6" in r.stderr
+    r = run(place, '.venv/bin/tandem generate -m gemma-4-E4B-it-Q4_K_M.gguf -d own-head.gguf --draft-head clustered '
+                   '--draft-max 3 --json "Hello"')
+    assert json.loads(r.stdout)["stats"]["draft_head"] == "clustered: 2 of 4 clusters (256 of 512 tokens)"
+    again = run(place, concrete(CLUSTER, N="4", K="2", FILE="own-head.gguf").replace(
+        "gemma-4-E4B-it-assistant-Q8_0.gguf", "own-head.gguf"))
+    assert "has a clustered head already" in again.stdout
 
 
 def test_speed_page_scripts(place, tiny, tmp_path):
@@ -480,7 +500,7 @@ def test_each_command_has_its_help(place):
     """`tandem COMMAND --help`, for every command `tandem --help` lists."""
     from engine.cli import COMMANDS
 
-    for name in [*COMMANDS, "models list", "models download", "models import", "models verify"]:
+    for name in [*COMMANDS, "models list", "models download", "models import", "models verify", "models cluster"]:
         r = run(place, f".venv/bin/tandem {name} --help")
         assert r.stdout.startswith(f"usage: tandem {name}"), name
     bad = subprocess.run([str(TANDEM), "nonsense"], cwd=place["work"], env=place["env"], capture_output=True,
