@@ -33,6 +33,11 @@ class ToolRunner(QObject):
         self._configs: dict[str, ServerConfig] = {}  # the latest refresh, by name
         self._enabled: set[str] = set()
         self._known: dict[str, str] = {}  # tool key -> server name, as last listed (to restart a stopped server)
+        # server name -> its tools as last listed; a server that stopped by itself and is being
+        # started again (`_restarting`) keeps them offered, so the model's next answer can still
+        # call them (without their declarations the template reads no call: raw markup)
+        self._offered: dict[str, list[ToolInfo]] = {}
+        self._restarting: set[str] = set()
         self._errors: dict[str, str] = {}  # server name -> its last one-line error
         self._generation = 0  # a refresh superseded by a newer one stops early
         self._jobs: queue.Queue = queue.Queue()
@@ -59,17 +64,24 @@ class ToolRunner(QObject):
             outcome = ToolOutcome("unknown", f"no switched-on MCP server offers a tool named {one_line(key, 64)}")
             QTimer.singleShot(0, self, lambda: self.finished.emit(call_id, outcome))
         elif info is not None:
-            self._track(call_id, self.hub.submit_call(key, arguments, timeout_s, max_chars))
+            self._track(call_id, self.hub.submit_call(key, arguments, timeout_s, max_chars), server)
         else:  # its server stopped since: start it again first
             self._jobs.put(("call", call_id, server, key, arguments, timeout_s, max_chars))
 
+    def _tools(self) -> list[ToolInfo]:
+        """The switched-on servers' tools: the connected ones', and those of a server starting
+        again after it stopped (a call to one starts it first, `call`)."""
+        live = self.hub.tools()
+        up = {t.server for t in live}
+        restarting = [t for name in list(self._restarting) if name not in up for t in self._offered.get(name, [])]
+        return [t for t in live + restarting if t.server in self._enabled]
+
     def declarations(self) -> list[dict]:
-        """The tool declarations of the switched-on, connected servers, for the model."""
-        return declarations([t for t in self.hub.tools() if t.server in self._enabled])
+        """The tool declarations of the switched-on servers, for the model."""
+        return declarations(self._tools())
 
     def tool(self, key: str) -> ToolInfo | None:
-        info = self.hub.tool(key)
-        return info if info is not None and info.server in self._enabled else None
+        return next((t for t in self._tools() if t.key == key), None)
 
     def error(self, name: str) -> str:
         """The last one-line error of a server ('' when none)."""
@@ -84,11 +96,19 @@ class ToolRunner(QObject):
         self.hub.close()
 
     # -- off the GUI thread --
-    def _emit_listed(self, name: str, tools: list, error: str) -> None:
+    def _emit_listed(self, name: str, tools: list, error: str, restarting: bool = False) -> None:
         if error:
             self._errors[name] = error
         else:
             self._errors.pop(name, None)
+        if tools:
+            self._offered[name] = tools
+        if restarting:
+            self._restarting.add(name)
+        else:
+            self._restarting.discard(name)
+            if not tools:
+                self._offered.pop(name, None)
         for t in tools:
             self._known[t.key] = t.server
         try:
@@ -96,7 +116,7 @@ class ToolRunner(QObject):
         except RuntimeError:  # the runner was deleted (Tandem is closing)
             pass
 
-    def _track(self, call_id: str, fut: concurrent.futures.Future) -> None:
+    def _track(self, call_id: str, fut: concurrent.futures.Future, server: str) -> None:
         def done(f):
             try:
                 outcome = f.result()
@@ -104,6 +124,10 @@ class ToolRunner(QObject):
                 outcome = ToolOutcome("unknown", "the MCP tools were shut down during the call")
             except BaseException as e:  # never expected: ToolHub's calls do not fail
                 outcome = ToolOutcome("error", f"the call failed: {one_line(e) or type(e).__name__}")
+            if outcome.kind in ("timeout", "crashed") and not self._closed:
+                # its server stopped and starts again (`_lost` says so once its process is gone,
+                # which may be after the model's next answer began): its tools stay offered
+                self._restarting.add(server)
             try:
                 self.finished.emit(call_id, outcome)
             except RuntimeError:
@@ -114,13 +138,14 @@ class ToolRunner(QObject):
     def _lost(self, name: str, line: str) -> None:
         """A server stopped by itself (it crashed): said once, then started again, so its
         tools stay offered to the model (a server that cannot start keeps its error)."""
-        self._emit_listed(name, [], line)
+        self._emit_listed(name, [], line, restarting=not self._closed)
         if not self._closed:
             self._jobs.put(("reconnect", name))
 
     def _reconnect(self, name: str) -> None:
         cfg = self._configs.get(name)
         if cfg is None or name not in self._enabled or self.hub.connected(name):
+            self._restarting.discard(name)
             return
         try:
             self._emit_listed(name, self.hub.connect(cfg, self.connect_timeout_s), "")
@@ -185,16 +210,15 @@ class ToolRunner(QObject):
         outcome = None
         if cfg is None or not cfg.enabled:
             outcome = ToolOutcome("unknown", f"the MCP server '{server}' is switched off")
-        else:
+        elif not self.hub.connected(server):  # a reconnect may have started it meanwhile
             try:
                 self._emit_listed(server, self.hub.connect(cfg, self.connect_timeout_s), "")
             except McpError as e:
                 self._emit_listed(server, [], str(e))
                 outcome = ToolOutcome("crashed", str(e))
-            else:
-                if self.hub.tool(key) is None:
-                    outcome = ToolOutcome("unknown", f"the MCP server '{server}' no longer offers {one_line(key, 64)}")
+        if outcome is None and self.hub.tool(key) is None:
+            outcome = ToolOutcome("unknown", f"the MCP server '{server}' no longer offers {one_line(key, 64)}")
         if outcome is not None:
             self.finished.emit(call_id, outcome)
         else:
-            self._track(call_id, self.hub.submit_call(key, arguments, timeout_s, max_chars))
+            self._track(call_id, self.hub.submit_call(key, arguments, timeout_s, max_chars), server)
