@@ -59,7 +59,8 @@ class OverflowHelp:
     """What the window says when a chat does not fit, and what it offers."""
     title: str
     text: str
-    choices: tuple[str, ...]  # "drop" (leave out the oldest turns), "tools_off", "settings" (a bigger context)
+    # "drop" (leave out the oldest turns), "tools_off" (and answer), "tools_off_only", "settings" (a bigger context)
+    choices: tuple[str, ...]
 
 
 def overflow_help(engine_words: str, parts: ContextParts | None, n_ctx: int, older_turns: bool,
@@ -80,3 +81,21 @@ def overflow_help(engine_words: str, parts: ContextParts | None, n_ctx: int, old
         text += ("\n\nYour message is back in the input box: shorten it, or raise the context size "
                  f"(now {n_ctx:,} tokens) in Settings.")
     return OverflowHelp(title, text, choices + ("settings",))
+
+
+def files_overflow_help(parts: ContextParts | None, used: int, files: list[tuple[str, int]], n_ctx: int,
+                        tools_on: bool) -> OverflowHelp:
+    """Attached files that do not fit beside the chat (`used` tokens; `files`: (name, tokens)),
+    said before sending: the same breakdown as a chat that does not fit, and what can help."""
+    total = sum(n for _, n in files)
+    over = used + total - n_ctx
+    names = ", ".join(f"{name} ({n:,})" for name, n in files)
+    text = (f"The attached files take {total:,} tokens ({names}) and the chat already uses {used:,} of the "
+            f"{n_ctx:,}-token context: {over:,} tokens too many, with no room left for the answer.")
+    base = parts if parts is not None and parts.total else ContextParts(used)
+    room = ContextParts(used + total, tools=base.tools, files=base.files + total, system=base.system)
+    text += "\n\nWhat takes the room:\n" + "\n".join(f"• {line}" for line in room.lines())
+    text += "\n\nNothing was sent or removed: you can also remove some files, or start a new chat."
+    # tools off only: the files wait to be sent until the meter has counted the chat without them
+    choices = ("tools_off_only",) if tools_on and parts and parts.tools else ()
+    return OverflowHelp("The attached files do not fit", text, choices + ("settings",))

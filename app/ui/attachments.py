@@ -178,8 +178,9 @@ class AttachmentBar(QWidget):
         self._fit_height()
 
     def add(self, item: Attachment) -> bool:
-        """False when the same file is already there."""
-        if any(i.data == item.data for i in self.items):
+        """False when the same file (its name and content) is already there; the same text
+        under another name is another file, which the model reads by its name too."""
+        if any(i.data == item.data and i.name == item.name for i in self.items):
             return False
         self.items.append(item)
         self._rebuild()

@@ -28,6 +28,7 @@ class Composer(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.info = None  # the loaded model's app.core.chat_types.ModelInfo
+        self.tokenizer = None  # what the pending files' token counts were counted with (_tokenizer_of)
         self.editing = None  # the MessageWidget whose new version is in the input box
         self.set_aside = ("", [])  # while editing: the input's text and attachments from before, for Esc
         # counts tokens: (texts, callback(counts, exact)) -> None, answered on the GUI thread
@@ -76,8 +77,12 @@ class Composer(QWidget):
         lay.addLayout(row)
 
     def show_model(self, info, busy: bool) -> None:
-        """Attaching as the loaded model (a ModelInfo, or None) allows; Send or Stop."""
+        """Attaching as the loaded model (a ModelInfo, or None) allows; Send or Stop. Another
+        model counts the files waiting in the input again, with its own tokenizer."""
         self.info = info
+        if info is not None and _tokenizer_of(info) != self.tokenizer:
+            self.tokenizer = _tokenizer_of(info)
+            self._recount()
         self.attach_btn.setEnabled(info is not None and not busy)
         media = " or sounds" if info and info.audio else ""
         self.attach_btn.setToolTip(
@@ -236,8 +241,18 @@ class Composer(QWidget):
             self._add(item)
 
     def _add(self, item: Attachment) -> None:
-        if self.attach_bar.add(item) and item.kind == "text" and item.tokens is None:
+        if not self.attach_bar.add(item):
+            self.refused.emit(f"{item.name} is already attached")
+        elif item.kind == "text" and item.tokens is None:
             self.count_texts([item.text], lambda counts, it=item: self._counted(it, counts[0]))
+
+    def _recount(self) -> None:
+        texts = [i for i in self.attach_bar.items if i.kind == "text"]
+        for item in texts:
+            item.tokens = None
+            self.count_texts([item.text], lambda counts, it=item: self._counted(it, counts[0]))
+        if texts:
+            self.attach_bar.relabel()
 
     def count_texts(self, texts: list[str], done) -> None:
         """Tokens of each text, by the loaded model's tokenizer (`done(counts)` on the GUI thread);
@@ -261,18 +276,18 @@ class Composer(QWidget):
     def pending_tokens(self) -> int:
         return sum(i.tokens or 0 for i in self.attach_bar.items if i.kind == "text")
 
-    def overflow_note(self) -> str | None:
-        """Why the attached files do not fit beside the chat, with the numbers, or None. Said
-        before sending, so no file is ever cut to fit."""
+    def files_over(self) -> list[tuple[str, int]]:
+        """The attached files, (name, tokens), where they do not fit beside the chat, else []:
+        said before sending, so no file is ever cut to fit."""
         files = self.pending_tokens()
         if not self.n_ctx or not files or self.context_used + files < self.n_ctx:
-            return None
-        names = ", ".join(f"{i.name} ({i.tokens:,})" for i in self.attach_bar.items if i.tokens)
-        over = self.context_used + files - self.n_ctx
-        return (f"The attached files take {files:,} tokens ({names}) and the chat already uses "
-                f"{self.context_used:,} of the {self.n_ctx:,}-token context: {over:,} tokens too many, with no "
-                "room left for the answer. Remove some files, start a new chat, or raise the context size in "
-                "Settings. Nothing was sent or removed.")
+            return []
+        return [(i.name, i.tokens) for i in self.attach_bar.items if i.tokens]
+
+
+def _tokenizer_of(info) -> tuple:
+    """What a model counts tokens with: its file, or the server and the model it names."""
+    return (info.target, info.remote.server if info.remote else "", info.target_name)
 
 
 class PasteOffer(QWidget):

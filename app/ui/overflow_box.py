@@ -8,11 +8,11 @@ from PySide6.QtWidgets import QMessageBox
 from .safe_text import message_box
 
 LABELS = {"drop": "Leave out the oldest turns", "tools_off": "Turn tools off and answer",
-          "settings": "Raise the context size…"}
+          "tools_off_only": "Turn tools off", "settings": "Raise the context size…"}
 
 
 def ask_overflow(parent, help) -> str:
-    """The user's choice ("drop", "tools_off", "settings"), or "" for Cancel."""
+    """The user's choice (one of help.choices: LABELS' keys), or "" for Cancel."""
     box = message_box(parent, QMessageBox.Question, help.title, help.text, QMessageBox.Cancel)  # plain text
     buttons = {box.addButton(LABELS[c], QMessageBox.AcceptRole): c for c in help.choices}
     box.setDefaultButton(next(iter(buttons)))

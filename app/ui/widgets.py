@@ -18,6 +18,36 @@ def is_dark() -> bool:
     return QGuiApplication.palette().window().color().lightness() < 128
 
 
+class Notice(QFrame):
+    """A line of advice above the chat that the user can close (×): it stays closed until
+    something new is to be said (`say`)."""
+
+    def __init__(self, name: str, parent=None):
+        super().__init__(parent)
+        self.setObjectName(name)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(6, 4, 4, 4)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.PlainText)
+        lay.addWidget(self.label, 1)
+        self.close_btn = QToolButton()
+        self.close_btn.setText("×")
+        self.close_btn.setAutoRaise(True)
+        self.close_btn.setToolTip("Close this notice")
+        self.close_btn.setAccessibleName("Close this notice")
+        self.close_btn.clicked.connect(self.hide)
+        lay.addWidget(self.close_btn, 0, Qt.AlignTop)
+        self.hide()
+
+    def say(self, text: str) -> None:
+        self.label.setText(text)
+        self.show()
+
+    def text(self) -> str:
+        return self.label.text()
+
+
 class AutoHeightBrowser(SafeBrowser):
     """A read-only rich text view as tall as its content (the page scrolls, not each message)."""
 

@@ -31,7 +31,7 @@ from app.core.store import Store
 from .theme import apply_theme
 from .toolbar import ChatToolbar
 from .render import origin_legend_html
-from .widgets import MessageWidget, is_dark
+from .widgets import MessageWidget, Notice, is_dark
 from .window_dialogs import WindowDialogs
 from .window_tools import WindowTools
 
@@ -127,11 +127,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         self.origin_legend.hide()
         rl.addWidget(self.origin_legend)
         # said once per loaded model, where measurements show MTP cannot be faster here
-        self.mtp_banner = QLabel()
-        self.mtp_banner.setObjectName("mtpBanner")
-        self.mtp_banner.setWordWrap(True)
-        self.mtp_banner.setTextFormat(Qt.PlainText)
-        self.mtp_banner.hide()
+        self.mtp_banner = Notice("mtpBanner")
         rl.addWidget(self.mtp_banner)
 
     def _build_pages(self, rl: QVBoxLayout) -> None:
@@ -245,8 +241,7 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
         """Once per loaded model: where measurements show MTP cannot be faster here."""
         if not self._mtp_limit_said:
             self._mtp_limit_said = True
-            self.mtp_banner.setText(help_text.mtp_limit(ceiling, costs_ms))
-            self.mtp_banner.show()
+            self.mtp_banner.say(help_text.mtp_limit(ceiling, costs_ms))
 
     def _update_controls(self) -> None:
         self.toolbar.show_model(self.session.model_info, self.session.busy)
@@ -266,7 +261,13 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
 
     # ---- conversations ---------------------------------------------------------------
     def new_conversation(self) -> None:
-        self.session.new_conversation()
+        """A new chat (Ctrl+N), or one line why not: never a key press that does nothing."""
+        if self.session.busy:
+            self.statusBar().showMessage("A reply is being written: stop it (Esc) to start a new chat", 5000)
+            return
+        before = self.session.conversation_id
+        if self.session.new_conversation() == before:
+            self.statusBar().showMessage("This chat is new already: type your message", 4000)
         self.input.setFocus()
 
     def open_conversation(self, cid: int) -> None:
@@ -373,9 +374,8 @@ class MainWindow(WindowDialogs, WindowTools, QMainWindow):
     def send(self) -> None:
         if ((self.input.toPlainText().strip() or self.attach_bar.items) and not self.session.busy
                 and self.session.model_info is not None):
-            too_big = self.composer.overflow_note()
-            if too_big:  # said before sending, with the numbers; everything stays in the input
-                message(self, QMessageBox.Warning, "The attached files do not fit", too_big)
+            if self.composer.files_over():  # said before sending, with the numbers; all stays in the input
+                self._files_overflow()
                 return
             text, attachments, editing = self.composer.take()
             self.session.send(text, attachments, editing.message_id if editing is not None else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from engine.generation import AUTO
@@ -13,7 +14,7 @@ from engine.generation import AUTO
 from app.core import help_text
 from app.core.settings import SAMPLING_KEYS
 from app.core.store import file_name
-from app.session.context_parts import overflow_help
+from app.session.context_parts import files_overflow_help, overflow_help
 from .model_picker import target_stem
 from .overflow_box import ask_overflow
 
@@ -81,10 +82,14 @@ class WindowDialogs:
         ConnectionsDialog(self.settings, self).exec()
         self.picker.refresh()
 
-    def open_settings(self):
+    def open_settings(self, focus: str = ""):
+        """Settings; `focus`: the setting whose field has the keyboard (the context size, where a
+        chat did not fit)."""
         from app.ui.dialogs.settings_dialog import SettingsDialog
 
         dlg = SettingsDialog(self.settings, self)
+        if focus:
+            QTimer.singleShot(0, lambda: dlg.focus_field(focus))  # once the dialog is shown
         if dlg.exec() != SettingsDialog.Accepted:
             return
         reload, theme = dlg.apply()
@@ -136,6 +141,18 @@ class WindowDialogs:
 
         DiffDialog(code, attached, self, cut_off=cut_off).exec()
 
+    def _files_overflow(self) -> None:
+        """Attached files that do not fit beside the chat: what takes the room, and what helps
+        (tools off; a bigger context); nothing is sent or removed."""
+        s, c = self.session, self.composer
+        help = files_overflow_help(s.context_parts, c.context_used, c.files_over(), c.n_ctx,
+                                   tools_on=bool(s.tool_declarations()))
+        choice = ask_overflow(self, help)
+        if choice == "tools_off_only":
+            self.composer.tools_btn.setChecked(False)  # the meter counts the chat again without them
+        elif choice == "settings":
+            self.open_settings(focus="n_ctx")
+
     def _overflow(self, msg: str, already_dropped: bool) -> None:
         """Say what takes the room of a chat that does not fit and offer what helps; a message
         left unanswered goes back to the input box (with its attachments), so nothing is lost
@@ -156,4 +173,4 @@ class WindowDialogs:
         if w is not None:
             self.composer.restore(w)
         if choice == "settings":
-            self.open_settings()
+            self.open_settings(focus="n_ctx")

@@ -121,7 +121,8 @@ def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot
 def test_too_large_files_are_refused_or_held_back_with_their_numbers(qtbot, tmp_path, tiny, monkeypatch):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8, n_ctx=2048)
     shown = []
-    monkeypatch.setattr("app.ui.window.message", lambda p, icon, title, text, *a: shown.append(text))
+    monkeypatch.setattr("app.ui.window_dialogs.ask_overflow",
+                        lambda parent, help: shown.append((help.title, help.text, help.choices)) or "")
     words = " ".join(f"w{i}" for i in range(3000))
     big = tmp_path / "big.log"
     big.write_text(words)
@@ -145,8 +146,14 @@ def test_too_large_files_are_refused_or_held_back_with_their_numbers(qtbot, tmp_
     n_messages = len(win.chat_view.widgets())
     win.input.setPlainText("Summarise both")
     win.send()
-    assert len(shown) == 1 and "2,048-token context" in shown[0] and "tokens too many" in shown[0]
-    assert f"a.txt ({win.attach_bar.items[0].tokens:,})" in shown[0]
+    assert len(shown) == 1
+    title, text, choices = shown[0]
+    assert title == "The attached files do not fit" and choices == ("settings",)  # no tools to turn off
+    assert "2,048-token context" in text and "tokens too many" in text
+    assert f"a.txt ({win.attach_bar.items[0].tokens:,})" in text
+    # the same breakdown as a chat that does not fit
+    files = sum(i.tokens for i in win.attach_bar.items)
+    assert f"What takes the room:\n• attached files: {files:,} tokens" in text
     assert len(win.chat_view.widgets()) == n_messages and len(win.attach_bar.items) == 2
     assert win.input.toPlainText() == "Summarise both"
     win.close()
@@ -316,4 +323,24 @@ def test_a_reply_cut_off_inside_its_code_block_never_saves_over_the_file(qtbot, 
     assert src.read_text() == original and not asked  # never written, never even asked
     assert seen["save_over"] is False and seen["save_as"] is True
     assert "This reply was cut off before its code block ended: saving it would truncate the file" in seen["note"]
+    win.close()
+
+
+def test_a_model_switch_counts_the_waiting_files_again(qtbot, tmp_path, tiny, real_vocab, monkeypatch):
+    """A file waits in the input while another model loads: its chip's tokens become the new
+    model's count (its tokenizer differs), not the previous model's."""
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
+    src = tmp_path / "geometry.py"
+    src.write_text(CODE)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    win.composer.attach_files()
+    _counted(qtbot, win, 1)
+    before = win.attach_bar.items[0].tokens
+    win.load_models(str(real_vocab["target"]), str(real_vocab[0.7]))
+    qtbot.waitUntil(lambda: win.session.model_info is not None
+                    and win.session.model_info.target == str(real_vocab["target"]), timeout=TIMEOUT)
+    want = len(win.session.worker.engine.tokenize(CODE, add_special=False, parse_special=False))
+    assert want != before
+    qtbot.waitUntil(lambda: win.attach_bar.items[0].tokens == want, timeout=TIMEOUT)
+    assert win.attach_bar.items[0].label.endswith(f"{want:,} tokens")
     win.close()

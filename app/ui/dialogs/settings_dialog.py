@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
@@ -110,6 +111,12 @@ class SettingsDialog(QDialog):
                   "max_tokens": "Max reply tokens", "tool_timeout_s": "Tool time limit (s)"}
         for key, w in self.fields.items():
             form.addRow(labels[key], w)
+
+    def focus_field(self, key: str) -> None:
+        """The field of setting `key` has the keyboard, its value selected to type over."""
+        w = self.fields[key]
+        w.setFocus(Qt.OtherFocusReason)
+        w.selectAll()
 
     def _connections(self) -> None:
         from .connections import ConnectionsDialog
