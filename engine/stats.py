@@ -167,7 +167,8 @@ class GenerationStats:
             s = f"{name} k auto"
         else:
             s = f"{name} k auto (mean {self.mean_draft_length:.1f}"
-            s += (f", {self.undrafted_steps} steps undrafted)" if self.undrafted_steps else ")")
+            n = self.undrafted_steps
+            s += (f", {n} step{'s' * (n != 1)} undrafted)" if n else ")")
         if self.mode == "hybrid" and self.lookup_accepted_tokens:
             s += f", {self.lookup_accepted_tokens * 100 // self.accepted_tokens} % lookup"
         return s

@@ -108,6 +108,7 @@ class ChatOptions:
     tools: bool = False  # the switched-on MCP servers' tools are offered in this chat
     allowed_tools: tuple[str, ...] = ()  # tools run without asking, in this chat
     draft: str = ""  # what was left typed in the input box (app.ui.drafts)
+    draft_files: tuple = ()  # the files left attached there: the store's attachment entries (dicts)
     unknown: tuple = ()  # (key, value) another Tandem version wrote: kept, written back
 
     def __post_init__(self):
@@ -120,7 +121,8 @@ class ChatOptions:
     def stored(self) -> dict:
         return {**dict(self.unknown), "use_mtp": self.drafting, "draft_max": self.draft_max,
                 "thinking": self.thinking, "system_prompt": self.system_prompt, "tools": self.tools,
-                "allowed_tools": list(self.allowed_tools), **({"draft": self.draft} if self.draft else {})}
+                "allowed_tools": list(self.allowed_tools), **({"draft": self.draft} if self.draft else {}),
+                **({"draft_files": [dict(f) for f in self.draft_files]} if self.draft_files else {})}
 
     @classmethod
     def from_stored(cls, data) -> "ChatOptions":
@@ -133,7 +135,8 @@ class ChatOptions:
         except ValueError:
             k = AUTO
         names = data.get("allowed_tools")
-        known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools", "draft"}
+        known = {"use_mtp", "draft_max", "thinking", "system_prompt", "tools", "allowed_tools", "draft", "draft_files"}
+        files = data.get("draft_files")
 
         def switch(key, default):  # a stored switch is a JSON bool; 1 or "yes" is not one
             value = data.get(key)
@@ -144,6 +147,7 @@ class ChatOptions:
                    tools=switch("tools", False),
                    allowed_tools=tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else (),
                    draft=data["draft"] if isinstance(data.get("draft"), str) else "",
+                   draft_files=tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
                    unknown=tuple((key, v) for key, v in data.items() if key not in known))
 
 

@@ -41,8 +41,9 @@ def acceptance_details(s: dict) -> str:
     rows = "".join(f"<tr><td>draft {n}</td><td align=right>{v * 100:.0f} %</td></tr>" for n, v in zip(labels, values))
     rate = s.get("acceptance_rate")
     acceptance = f": {rate * 100:.0f} % acceptance" if rate is not None else ""
+    n = s.get("undrafted_steps", 0)
     auto = (f" Draft length auto: {s.get('mean_draft_length') or 0:.2f} tokens per step on average, "
-            f"{s.get('undrafted_steps', 0)} steps without drafting (drafts were not paying off there)."
+            f"{n} step{'s' * (n != 1)} without drafting (drafts were not paying off there)."
             if s.get("draft_max") == "auto" else "")
     head = f"<p>The drafter's head: {html.escape(s['draft_head'])}.</p>" if s.get("draft_head") else ""
     return (f"<p>{html.escape(str(s.get('footer', '')))}</p><table cellpadding=3>{rows}</table>"

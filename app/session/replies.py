@@ -7,7 +7,7 @@ session's model, store and settings), kept in its own module."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.core.chat_types import ReplyResult
 from app.core.store import chat_title
@@ -40,6 +40,7 @@ class ActiveReply:
     compare: str = ""  # Compare: "baseline" or "mtp"
     chart: bool = True  # its speeds go on the chart (a Compare repeat adds numbers only)
     tool_round: int = 0  # answers before this one that called tools, since the user's message
+    speeds: list = field(default_factory=list)  # [seconds, decode tok/s] as it streamed, kept with its stats
 
 
 class Replies:
@@ -94,8 +95,12 @@ class Replies:
         last = self.model.last
         if self.busy or last is None or last.role != "user":
             return None
-        self.store.delete_message(self.conversation_id, last.id)
+        cid = self.conversation_id
+        self.store.delete_message(cid, last.id)
         self.model.remove(last.id)
+        if self.model.last is None:  # the chat is empty again: it no longer goes by that message
+            self.store.rename(cid, "New chat")
+            self.conversations_changed.emit()
         self.count_context()
         return last
 
@@ -151,7 +156,9 @@ class Replies:
         answer = "".join(t for t, ch, _ in pieces if ch == "answer")
         thinking = "".join(t for t, ch, _ in pieces if ch == "thinking")
         if stats:
-            self.live_stats.emit(stats, self._elapsed(a), False)
+            t = self._elapsed(a)
+            self.live_stats.emit(stats, t, False)
+            _keep_speed(a, t, stats)
         if a.compare:
             self.compare_streamed.emit(a.compare, answer)
             return
@@ -169,7 +176,10 @@ class Replies:
         self.active = None
         if result.mtp_ceiling is not None:
             self.mtp_limit.emit(result.mtp_ceiling, result.mtp_costs_ms)
-        self.live_stats.emit(result.stats, self._elapsed(a), True)
+        t = self._elapsed(a)
+        self.live_stats.emit(result.stats, t, True)
+        if _keep_speed(a, t, result.stats, final=True):
+            result.stats["speeds"] = a.speeds  # the chart of this reply again, when its chat is opened
         if a.compare:
             self._compare_finished(a.compare, result)
             return
@@ -239,3 +249,20 @@ class Replies:
                 self.show_chat()
         else:
             self.model.remove(a.mid)
+
+
+SPEED_EVERY_S = 0.25  # as the chart draws them (app.ui.stats_panel.StatsBar.LIVE_INTERVAL_S)
+MAX_SPEEDS = 240  # a minute's worth: a longer reply keeps every other point
+
+
+def _keep_speed(a: ActiveReply, t: float | None, stats: dict, final: bool = False) -> bool:
+    """A point of the reply's speed chart, kept at most SPEED_EVERY_S apart (and the last one);
+    True when the reply has a chart to keep."""
+    tps = stats.get("decode_tps")
+    if t is None or not tps:
+        return bool(a.speeds) and t is not None
+    if final or not a.speeds or t - a.speeds[-1][0] >= SPEED_EVERY_S:
+        a.speeds.append([round(t, 3), round(tps, 2)])
+        if len(a.speeds) > MAX_SPEEDS:
+            a.speeds[:] = a.speeds[::2]
+    return True

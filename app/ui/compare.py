@@ -27,17 +27,18 @@ def speed_verdict(ratio, bt, mt, mtp_stats: dict, usual_tps=None, runs: int = 1)
     if not ratio:
         return "Speed: –"
     name = draft_source(mtp_stats.get("mode"))
-    speeds = f"({bt:.1f} → {mt:.1f} tok/s" + (f", median of {runs} runs each)" if runs > 1 else ")")
+    acc = mtp_stats.get("acceptance_rate")
+    speeds = (f"({bt:.1f} → {mt:.1f} tok/s" + (f", median of {runs} runs each" if runs > 1 else "")
+              + (f"; {acc * 100:.0f} % of the drafted tokens accepted" if acc is not None else "") + ")")
     if ratio >= 1.05:
         text = f"<b>{name} was {ratio:.2f}× faster</b> {speeds}."
     elif ratio >= 0.95:
         text = f"<b>About the same speed</b> {speeds}: here what drafting saves and what it costs cancel out."
     else:
-        acc = mtp_stats.get("acceptance_rate")
         if mtp_stats.get("draft_max") == "auto" and (mtp_stats.get("mean_draft_length") or 0) < 0.2:
             why = "drafting did not pay on this text and machine, so auto paused it; the gap is its overhead"
         elif acc is not None and acc < 0.5:
-            why = f"the model accepted only {acc * 100:.0f} % of the drafted tokens, so most drafting was wasted"
+            why = "the model rejected most of the drafted tokens, so most drafting was wasted"
         else:
             why = ("checking several tokens at once costs nearly as much as writing them one by one on this "
                    "hardware (typical of CPUs); " + ("auto drafts less once it has measured that, which a short "

@@ -28,6 +28,7 @@ def _theme_colors() -> tuple[str, str]:
 
 
 DRAFTING_MODES = ("mtp", "lookup", "hybrid")  # the stats' mode when drafts were made (see engine.stats)
+MAX_POINTS = 500  # of a stored reply's speed line drawn again (app.session.replies keeps at most 240)
 
 
 def _lookup_share(s: dict) -> str:
@@ -91,6 +92,8 @@ class SpeedChart(_Plot):
             self.removeItem(item)
         self.series = {}
         self._title()
+        self.setXRange(0, 1.0, padding=0.02)  # a new chat's axes, not the last reply's
+        self.setYRange(0, 1.15, padding=0)
 
     def _title(self) -> None:
         """The title names the lines in their colors (a legend would cover the curves)."""
@@ -98,7 +101,9 @@ class SpeedChart(_Plot):
         self.getPlotItem().setTitle(f"{self.TITLE}{': ' + names if names else ''}", color=_theme_colors()[1],
                                     size="9pt")
 
-    def add(self, name: str, t: float, tps: float) -> None:
+    def add(self, name: str, t: float, tps: float, since: float | None = None) -> None:
+        """A point of run `name`'s line; `since`: when its first token came (a line of one point
+        is drawn flat from there, not as a dot)."""
         if name not in self.series:
             pen = pg.mkPen(SERIES_COLORS.get(name, "#3b7dd8"), width=2)
             self.series[name] = ([], [], self.plot([], [], pen=pen, symbol="o", symbolSize=4,
@@ -107,7 +112,10 @@ class SpeedChart(_Plot):
         xs, ys, item = self.series[name]
         xs.append(t)
         ys.append(tps)
-        item.setData(xs, ys)
+        if len(xs) == 1 and since is not None and since < t:  # a short reply: its speed since its first token
+            item.setData([since, t], [tps, tps])
+        else:
+            item.setData(xs, ys)
         # axes from zero: the eye reads speeds against nothing, not against the lowest value
         t_max = max(x for xs_, _, _ in self.series.values() for x in xs_)
         v_max = max(y for _, ys_, _ in self.series.values() for y in ys_)
@@ -292,8 +300,13 @@ class StatsBar(QWidget):
             # a finished reply's bars even while hidden (one cheap update): shown again, the charts
             # show the chat on screen, not the one before
             self.bars.show_stats(s)
-        if self.charts.isHidden():
-            return  # a hidden chart costs nothing
-        if t is not None and s.get("decode_tps"):  # a finished reply shown again has no time: bars only
-            self.chart.add(draft_source(s.get("mode")) if s.get("mode") in DRAFTING_MODES else "baseline", t,
-                           s["decode_tps"])
+        if self.charts.isHidden() and t is not None:
+            return  # a hidden chart costs nothing (a reply shown again draws once, below)
+        name = draft_source(s.get("mode")) if s.get("mode") in DRAFTING_MODES else "baseline"
+        if t is not None and s.get("decode_tps"):
+            self.chart.add(name, t, s["decode_tps"], s.get("ttft_s"))
+        elif t is None and final and s.get("speeds"):  # a finished reply shown again: its line, as it streamed
+            self.chart.clear_series()
+            for p in s["speeds"][:MAX_POINTS]:  # as stored: [seconds, tok/s] pairs, anything else skipped
+                if isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p):
+                    self.chart.add(name, float(p[0]), float(p[1]), s.get("ttft_s"))

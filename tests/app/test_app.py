@@ -403,7 +403,8 @@ def test_says_once_when_mtp_cannot_help_on_this_machine(qtbot, win):
     assert win.mtp_banner.isVisible()
     text = win.mtp_banner.text()
     assert "unlikely to be faster" in text and "20.0 ms" in text and "60.0 ms" in text
-    win.mtp_banner.hide()
+    qtbot.mouseClick(win.mtp_banner.close_btn, Qt.LeftButton)  # the user closes it
+    assert not win.mtp_banner.isVisible()
     send(qtbot, win, "again")
     assert not win.mtp_banner.isVisible()  # said once per loaded model
 
@@ -416,18 +417,21 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     asked, opened = [], []
     monkeypatch.setattr("app.ui.window_dialogs.ask_overflow",
                         lambda parent, help: asked.append((help.title, help.choices)) or help.choices[0])
-    monkeypatch.setattr(w, "open_settings", lambda: opened.append(True))
+    monkeypatch.setattr(w, "open_settings", lambda focus="": opened.append(focus))
     w.input.setPlainText("word " * 400)
     w.send()
     qtbot.waitUntil(lambda: len(asked) >= 1 and not w.session.busy, timeout=TIMEOUT)
     qtbot.wait(300)  # room for a second question, were it asked again: an absence has no event to wait on
     assert asked == [("Message too long for the context", ("settings",))]
-    assert opened == [True]
+    assert opened == ["n_ctx"]  # Settings opens on the context size
     assert "Generating" not in w.statusBar().currentMessage()
     # the message goes back to the input box to be shortened (nothing lost); no unanswered turn
     # and no empty reply are left behind in the chat
     assert w.input.toPlainText() == ("word " * 400).strip()
     assert w.store.messages(w.session.conversation_id) == [] and w.chat_view.widgets() == []
+    # nor does the chat's name in the list: it is empty again, so a new chat again
+    assert w.store.conversation(w.session.conversation_id).title == "New chat"
+    assert w.chat_list.titles()[0] == "New chat"
 
     send(qtbot, w, "hi")
     asked.clear()
@@ -438,6 +442,25 @@ def test_a_message_longer_than_the_context_never_loops(qtbot, tmp_path, tiny, mo
     assert asked == [("Conversation too long", ("drop", "settings")), ("Message too long for the context", ("settings",))]
     assert w.input.toPlainText() == ("word " * 400).strip() and len(w.chat_view.widgets()) == 2
     w.close()
+
+
+def test_settings_open_on_the_field_asked_for(qtbot, win):
+    """"Raise the context size…" opens Settings with the context size's field ready to type in."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.dialogs.settings_dialog import SettingsDialog
+
+    seen = []
+
+    def look():
+        dlg = next(w for w in QApplication.topLevelWidgets() if isinstance(w, SettingsDialog) and w.isVisible())
+        field, has = dlg.fields["n_ctx"], dlg.focusWidget()
+        seen.append(has is field or field.isAncestorOf(has))
+        dlg.reject()
+
+    QTimer.singleShot(300, look)
+    win.open_settings(focus="n_ctx")
+    assert seen == [True]
 
 
 def test_dark_theme_shows_disabled_controls_placeholders_and_check_boxes(qapp):
@@ -484,10 +507,11 @@ def test_context_meter_per_chat(qtbot, win):
 def test_compare_verdict_in_plain_words():
     from app.ui.compare import speed_verdict
 
-    assert "MTP was 1.80× faster" in speed_verdict(1.8, 10.0, 18.0, {"acceptance_rate": 0.9})
+    fast = speed_verdict(1.8, 10.0, 18.0, {"acceptance_rate": 0.9})
+    assert "MTP was 1.80× faster" in fast and "90 % of the drafted tokens accepted" in fast
     assert "About the same speed" in speed_verdict(1.0, 10.0, 10.0, {})
     slow = speed_verdict(0.6, 10.0, 6.0, {"acceptance_rate": 0.3, "draft_max": 3})
-    assert "slower here" in slow and "30 %" in slow
+    assert "slower here" in slow and "30 % of the drafted tokens accepted" in slow and "rejected most" in slow
     paused = speed_verdict(0.9, 10.0, 9.0, {"draft_max": "auto", "mean_draft_length": 0.0, "acceptance_rate": 0.4})
     assert "auto paused it" in paused
     cpu = speed_verdict(0.8, 10.0, 8.0, {"acceptance_rate": 0.9, "draft_max": 3})
@@ -675,9 +699,17 @@ def test_switching_chats_shows_that_chats_numbers_not_the_previous_ones(qtbot, w
     win.new_conversation()
     assert win.stats_bar.labels["decode"][0].text() == "tok/s: –"  # a new chat has no numbers yet
     assert win.stats_bar.chart.points == [] and win.stats_bar.bars.values == []
-    win.open_conversation(first_chat)  # back: its last reply's numbers and bars again
+    chart = win.stats_bar.chart
+    # nor the last reply's axes
+    assert chart.getPlotItem().vb.viewRange()[1][1] < 2.0, chart.getPlotItem().vb.viewRange()
+    line = [p for p in win.store.messages(first_chat)[-1].stats["speeds"]]
+    win.open_conversation(first_chat)  # back: its last reply's numbers, bars and speed line again
     assert win.stats_bar.labels["decode"][0].text() == first
     assert win.stats_bar.labels["k"][0].text() == "MTP + lookup k: 2" and len(win.stats_bar.bars.values) == 2
+    assert line and [list(p) for p in chart.points] == line
+    # a reply of one point is a line from its first token, not a dot
+    x, y = next(iter(chart.series.values()))[2].getData()
+    assert len(x) >= 2 and x[0] < x[-1], (x, y)
 
 
 def test_usable_at_800_by_600(qtbot, win):

@@ -96,6 +96,28 @@ def test_shortcuts_for_settings_and_tools_and_their_list(qtbot, win):
     win.shortcuts_dialog.close()
 
 
+def test_ctrl_n_in_the_input_box_starts_a_new_chat_or_says_why_not(qtbot, win):
+    """Ctrl+N typed in the input box (the keys, not the method): a new chat; while a reply is
+    written, one line why not; in a chat that is new already, one line saying so."""
+    send(qtbot, win, "the first chat")
+    first = win.session.conversation_id
+    win.input.setFocus()
+    qtbot.keyClick(win.input, Qt.Key_N, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: win.session.conversation_id != first, timeout=5000)
+    assert win.chat_view.widgets() == [] and win.input.hasFocus()
+    qtbot.keyClick(win.input, Qt.Key_N, Qt.ControlModifier)
+    assert "new already" in win.statusBar().currentMessage()
+    win.open_conversation(first)
+    win.settings["max_tokens"] = 400
+    win.input.setPlainText("a long one")
+    win.send()
+    assert win.session.busy
+    qtbot.keyClick(win.input, Qt.Key_N, Qt.ControlModifier)
+    assert win.session.conversation_id == first and "stop it (Esc)" in win.statusBar().currentMessage()
+    win.stop()
+    qtbot.waitUntil(lambda: not win.session.busy, timeout=10000)
+
+
 def _close_menu_soon():
     def close():
         menu = QApplication.activePopupWidget()
@@ -165,11 +187,14 @@ def test_the_draft_in_the_input_belongs_to_its_chat(qtbot, win, tmp_path):
     win.open_conversation(b)
     assert win.input.toPlainText() == "B's own draft" and win.attach_bar.items == []
     settings = win.settings
-    win.close()  # the text survives a restart (the files stay for the session only)
+    win.close()  # the text and the files survive a restart
     w2 = make_window(qtbot, tmp_path, settings["target"], settings["drafter"])
-    drafts = {a: "half a thought for A", b: "B's own draft"}
+    drafts = {a: ("half a thought for A", ["a.py"]), b: ("B's own draft", [])}
     opened = w2.session.conversation_id
-    assert w2.input.toPlainText() == drafts[opened]
-    w2.open_conversation(a if opened == b else b)
-    assert w2.input.toPlainText() == drafts[a if opened == b else b]
+    for cid in (opened, a if opened == b else b):
+        if cid != opened:
+            w2.open_conversation(cid)
+        assert (w2.input.toPlainText(), [i.name for i in w2.attach_bar.items]) == drafts[cid]
+    w2.open_conversation(a)
+    assert w2.attach_bar.items[0].data == b"print(1)\n" and w2.attach_bar.items[0].kind == "text"
     w2.close()

@@ -17,3 +17,15 @@ def test_a_snapshot_keeps_the_numbers_it_was_taken_with():
     live.finish_reason = "length"
     assert (snap.generated_tokens, snap.drafted_at, snap.accepted_at, snap.finish_reason) == (4, [1, 1, 1], [1, 1, 0], None)
     assert snap.footer() != live.footer()
+
+
+def test_one_undrafted_step_is_one_step():
+    """The strip's draft label and a reply's Details, in the singular for one."""
+    from app.core.help_text import acceptance_details
+
+    s = GenerationStats(mode="mtp", draft_max="auto", steps=5, generated_tokens=9, draft_tokens=8, undrafted_steps=1)
+    assert s.k_label().endswith(", 1 step undrafted)")
+    assert "1 step without drafting" in acceptance_details(s.to_dict())
+    s.undrafted_steps = 2
+    assert s.k_label().endswith(", 2 steps undrafted)")
+    assert "2 steps without drafting" in acceptance_details(s.to_dict())
