@@ -287,11 +287,14 @@ class Runtime:
         self.drafter_info: GGUFInfo | None = None
         self.draft_head: DraftHead | None = None
         if drafter_path is not None:
-            # a drafter without a clustered head may have Tandem's own (engine/models/own_clusters.py)
-            drafter_path = drafter_for_head(drafter_path, options.draft_head, progress and (
-                lambda done, of: progress("drafter (clustering its head, once)", done / of)))
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
+            # a drafter without a clustered head may have Tandem's own (engine/models/own_clusters.py)
+            own = drafter_for_head(drafter_path, options.draft_head, progress and (
+                lambda done, of: progress("drafter (clustering its head, once)", done / of)))
+            if own != self.drafter_info.path:
+                self.drafter_info = read_gguf_info(own)
+                check_drafter(self.target_info, self.drafter_info)
             self.draft_head = choose_head(options.draft_head, self.drafter_info, clustered_head_built())
         self.projector_info = read_gguf_info(projector_path) if projector_path else None
         ensure_backend(options.verbose)

@@ -138,7 +138,7 @@ def cmd_cluster(args) -> int:
     print(f"clustering {info.n_vocab:,} head rows of {info.n_embd} into {n:,} clusters "
           "(k-means; about a minute on 2 cores)...", file=sys.stderr, flush=True)
     path = with_own_clusters(src, n, args.top_k, out=out,
-                             progress=lambda i, n: print(f"  pass {i} of {n}", file=sys.stderr, flush=True))
+                             progress=lambda i, of: print(f"  pass {i} of {of}", file=sys.stderr, flush=True))
     print(f"drafter: {path.resolve()}")
     return 0
 

@@ -29,6 +29,7 @@ PER_CLUSTER = 128  # tokens per cluster, as the published E2B/E4B assistants (2,
 ITERATIONS = 6
 CANDIDATES = 8  # nearest clusters a row may go to before it takes any with room
 _SLICE = 16384  # rows scored at once: the whole score matrix is 2 GB
+MAX_VALUES = 1 << 29  # a head of more (2 GB as float32, twice over while clustering) is not clustered here
 
 
 def head_rows(drafter: str | Path) -> np.ndarray:
@@ -38,8 +39,10 @@ def head_rows(drafter: str | Path) -> np.ndarray:
 
     r = gguf.GGUFReader(drafter)
     t = next((t for t in r.tensors if t.name == "token_embd.weight"), None)
-    if t is None:
-        raise ValueError(f"{Path(drafter).name} has no token_embd.weight")
+    if t is None or len(t.shape) != 2:
+        raise ValueError(f"{Path(drafter).name} has no token_embd.weight of rows")
+    if int(t.shape[0]) * int(t.shape[1]) > MAX_VALUES:
+        raise ValueError(f"its head of {int(t.shape[1]):,} x {int(t.shape[0]):,} is too large to cluster here")
     rows = dequantize(t.data, t.tensor_type)
     return np.ascontiguousarray(rows.reshape(int(t.shape[1]), int(t.shape[0])), dtype=np.float32)
 
