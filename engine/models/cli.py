@@ -137,8 +137,11 @@ def cmd_cluster(args) -> int:
                           f"(got {n} and {args.top_k})")
     print(f"clustering {info.n_vocab:,} head rows of {info.n_embd} into {n:,} clusters "
           "(k-means; about a minute on 2 cores)...", file=sys.stderr, flush=True)
-    path = with_own_clusters(src, n, args.top_k, out=out,
-                             progress=lambda i, of: print(f"  pass {i} of {of}", file=sys.stderr, flush=True))
+    try:
+        path = with_own_clusters(src, args.clusters, args.top_k, out=out,
+                                 progress=lambda i, of: print(f"  pass {i} of {of}", file=sys.stderr, flush=True))
+    except ValueError as e:
+        raise TandemError(f"{src.name}: {e}") from None
     print(f"drafter: {path.resolve()}")
     return 0
 

@@ -138,7 +138,10 @@ def with_own_clusters(drafter: str | Path, n_clusters: int = 0, top_k: int = DEF
     if out.exists():
         return out
     rows = head_rows(drafter)
-    n_clusters = n_clusters or default_clusters(len(rows))
+    if not n_clusters:
+        n_clusters = default_clusters(len(rows))
+        if top_k * 4 > n_clusters:  # it would score a quarter of the head or more: no gain to speak of
+            raise ValueError(f"a head of {len(rows):,} tokens is too small to gain from clusters")
     top_k = min(top_k, n_clusters)
     if top_k < 1:
         raise ValueError(f"cannot score {top_k} clusters")
