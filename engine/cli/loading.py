@@ -49,10 +49,16 @@ def load(args):
             raise ValueError(f"pictures and sounds need the model's projector: no mmproj-*.gguf next to "
                              f"{args.model}; give it with --mmproj")
         mmproj = str(found)
-    engine = Engine.load(args.model, args.drafter, opts, mmproj=mmproj)
-    if not serve:  # tandem serve prints the whole placement; here what was asked and cannot be
-        import sys
+    import sys
 
+    def clustering(label: str, frac: float) -> bool:  # the one part of a load that can take minutes
+        if label.startswith("drafter (clustering"):
+            print(f"tandem: clustering the drafter's head (once for this file): {frac * 100:.0f} %",
+                  file=sys.stderr, flush=True)
+        return True
+
+    engine = Engine.load(args.model, args.drafter, opts, clustering, mmproj=mmproj)
+    if not serve:  # tandem serve prints the whole placement; here what was asked and cannot be
         for line in engine.placement.warnings:
             print(f"tandem: {line}", file=sys.stderr)
     return engine

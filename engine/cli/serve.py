@@ -30,7 +30,9 @@ def cmd_serve(args) -> int:
         print(f"Memory: {planned.describe()} planned; llama.cpp allocated {allocated.total / 1e9:.2f} GB "
               "at load (its output buffer grows to the plan's on the first drafts)", flush=True)
         head = engine.draft_head
-        mtp = f"MTP with {Path(args.drafter).name}, its head {head.label}" if head else "no drafter"
+        loaded = engine.rt.drafter_info.path.name if head else ""
+        copy = f" (as Tandem's copy {loaded})" if head and loaded != Path(args.drafter).name else ""
+        mtp = f"MTP with {Path(args.drafter).name}{copy}, its head {head.label}" if head else "no drafter"
         print(f"Serving {name} ({mtp}) at {where}", flush=True)
         if head and head.note:
             print(f"Drafter: {head.note}", flush=True)

@@ -121,22 +121,33 @@ def cmd_verify(args) -> int:
 
 
 def cmd_cluster(args) -> int:
-    from .own_clusters import default_clusters, kept_path, with_own_clusters
+    from .draft_head import clusters_problem
+    from .own_clusters import default_clusters, kept_path, made_before, with_own_clusters
 
     src = Path(args.drafter)
     info = read_gguf_info(src)
     if not info.is_drafter:
         raise TandemError(f"{src.name} is not an MTP drafter (a gemma4-assistant GGUF)")
     if info.head_tensors:
+        problem = clusters_problem(info)
+        if problem:
+            raise TandemError(f"{src.name} has a clustered head, but it is unusable: {problem}")
         print(f"{src.name} has a clustered head already: nothing to do")
         return 0
-    out = Path(args.out) if args.out else kept_path(src, "kmeans")
     n = args.clusters or default_clusters(info.n_vocab)
-    if n < 2 or info.n_vocab % n or not 1 <= args.top_k:
-        raise TandemError(f"--clusters must divide the {info.n_vocab:,} tokens evenly and --top-k be at least 1 "
-                          f"(got {n} and {args.top_k})")
+    if not args.clusters and args.top_k * 4 > n:
+        raise TandemError(f"{src.name}'s head of {info.n_vocab:,} tokens is too small to gain from clusters "
+                          "(give --clusters and --top-k to cluster it anyway)")
+    if n < 2 or info.n_vocab % n:
+        raise TandemError(f"--clusters must divide the {info.n_vocab:,} tokens evenly (got {n})")
+    if not 1 <= args.top_k <= n:
+        raise TandemError(f"--top-k must be between 1 and the {n:,} clusters (got {args.top_k})")
+    out = Path(args.out) if args.out else kept_path(src, "kmeans")
+    if made_before(out, n, args.top_k):
+        print(f"drafter: {out.resolve()} (made before)")
+        return 0
     print(f"clustering {info.n_vocab:,} head rows of {info.n_embd} into {n:,} clusters "
-          "(k-means; about a minute on 2 cores)...", file=sys.stderr, flush=True)
+          "(k-means; one to two minutes on 2 cores)...", file=sys.stderr, flush=True)
     try:
         path = with_own_clusters(src, args.clusters, args.top_k, out=out,
                                  progress=lambda i, of: print(f"  pass {i} of {of}", file=sys.stderr, flush=True))

@@ -5,7 +5,7 @@ drafter's own head rows (its tied token embedding) are clustered: balanced spher
 every cluster the same size (the patched graph reads n_vocab / clusters rows per cluster as one block),
 each centroid the mean of its rows, so a centroid's score is its tokens' mean logit.
 
-Computed once per drafter file (about a minute on 2 cores for the E2B shape's 262,144 x 512) and kept as the
+Computed once per drafter file (one to two minutes on 2 cores for the E2B shape's 262,144 x 512) and kept as the
 drafter written again with the head (drafter_file.write_clustered_drafter) in Tandem's data
 folder, keyed by the file's place, size and time. Lossless like the published head: only how
 often drafts are accepted changes (docs/speed.md measures both).
@@ -132,21 +132,36 @@ def with_own_clusters(drafter: str | Path, n_clusters: int = 0, top_k: int = DEF
     from .gguf_info import read_gguf_info
 
     drafter = Path(drafter)
-    if read_gguf_info(drafter).head_tensors:
+    info = read_gguf_info(drafter)
+    if info.head_tensors:
         return drafter
-    out = out or kept_path(drafter, "kmeans")
-    if out.exists():
-        return out
-    rows = head_rows(drafter)
     if not n_clusters:
-        n_clusters = default_clusters(len(rows))
+        n_clusters = default_clusters(info.n_vocab)
         if top_k * 4 > n_clusters:  # it would score a quarter of the head or more: no gain to speak of
-            raise ValueError(f"a head of {len(rows):,} tokens is too small to gain from clusters")
+            raise ValueError(f"a head of {info.n_vocab:,} tokens is too small to gain from clusters")
     top_k = min(top_k, n_clusters)
     if top_k < 1:
         raise ValueError(f"cannot score {top_k} clusters")
-    centroids, ordering = balanced_kmeans(rows, n_clusters, progress=progress)
+    out = out or kept_path(drafter, "kmeans")
+    if made_before(out, n_clusters, top_k):
+        return out
+    centroids, ordering = balanced_kmeans(head_rows(drafter), n_clusters, progress=progress)
     return write_clustered_drafter(drafter, out, centroids, ordering, top_k)
+
+
+def made_before(out: Path, n_clusters: int, top_k: int) -> bool:
+    """`out` is a drafter with a clustered head of these many clusters, `top_k` scored (else it
+    is written again: other options were asked for)."""
+    from .gguf_info import HEAD_TENSORS, read_gguf_info
+
+    if not out.is_file():
+        return False
+    try:
+        info = read_gguf_info(out)
+    except Exception:  # a damaged file is written again
+        return False
+    cen = info.head_tensors.get(HEAD_TENSORS[0])
+    return cen is not None and cen[0][1] == n_clusters and (info.centroid_top_k or DEFAULT_TOP_K) == top_k
 
 
 def drafter_for_head(drafter: str | Path, asked: str, progress: Callable[[int, int], None] | None = None) -> Path:

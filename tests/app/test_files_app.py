@@ -46,6 +46,17 @@ def _counted(qtbot, win, n):
                     timeout=TIMEOUT)
 
 
+def _with_file(qtbot, tmp_path, tiny, monkeypatch):
+    """A window on the tiny pair with geometry.py attached and counted: (window, the file)."""
+    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
+    src = tmp_path / "geometry.py"
+    src.write_text(CODE)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
+    win.composer.attach_files()
+    _counted(qtbot, win, 1)
+    return win, src
+
+
 def test_a_source_file_by_button_and_drop_goes_to_the_model_and_comes_back(qtbot, tmp_path, tiny, monkeypatch):
     win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=12)
     seen = _spy_prompts(win)
@@ -237,12 +248,7 @@ def test_a_reply_that_edits_an_attached_file_shows_the_diff_and_saves_over_only_
 
     from ..support.widgets import click_link
 
-    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
-    src = tmp_path / "geometry.py"
-    src.write_text(CODE)
-    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
-    win.composer.attach_files()
-    _counted(qtbot, win, 1)
+    win, src = _with_file(qtbot, tmp_path, tiny, monkeypatch)
     send(qtbot, win, "Add a perimeter function")
     # the reply as a real model would write it (the synthetic one writes no code): a new version
     edited = CODE + '\n\ndef perimeter(w, h):\n    """Twice the sum of the sides."""\n    return 2 * (w + h)\n'
@@ -329,12 +335,7 @@ def test_a_reply_cut_off_inside_its_code_block_never_saves_over_the_file(qtbot, 
 def test_a_model_switch_counts_the_waiting_files_again(qtbot, tmp_path, tiny, real_vocab, monkeypatch):
     """A file waits in the input while another model loads: its chip's tokens become the new
     model's count (its tokenizer differs), not the previous model's."""
-    win = make_window(qtbot, tmp_path, tiny["target"], tiny[0.7], max_tokens=8)
-    src = tmp_path / "geometry.py"
-    src.write_text(CODE)
-    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(src)], ""))
-    win.composer.attach_files()
-    _counted(qtbot, win, 1)
+    win, _ = _with_file(qtbot, tmp_path, tiny, monkeypatch)
     before = win.attach_bar.items[0].tokens
     win.load_models(str(real_vocab["target"]), str(real_vocab[0.7]))
     qtbot.waitUntil(lambda: win.session.model_info is not None

@@ -45,6 +45,20 @@ def head_of(path):
     return {t.name: np.array(t.data) for t in r.tensors if t.name.startswith("masked_embd")}
 
 
+def drafts_clustered_as_the_baseline(res):
+    """The downloaded pair drafts with a clustered head, its greedy output the baseline's."""
+    e = Engine.load(res.target, res.drafter, LoadOptions(n_ctx=2048, n_threads=1, cache_disk_mib=0))
+    try:
+        assert e.draft_head.kind == "clustered"
+        ask = e.format_chat([{"role": "user", "content": "Write a Python function that reverses a list."}])
+        base = e.run(ask, GenerationConfig(max_tokens=24, spec="none")).tokens
+        e.reset()
+        r = e.run(ask, GenerationConfig(max_tokens=24, spec="mtp", draft_max=3))
+        assert r.tokens == base and r.stats.accepted_tokens > 0
+    finally:
+        e.close()
+
+
 @pytest.fixture(scope="module")
 def hub(clustered, tmp_path_factory):
     """The E2B repository with a drafter as the Hub has them, and the assistant's checkpoint
@@ -82,17 +96,7 @@ def test_a_hub_drafter_gets_its_clustered_head_from_the_checkpoint(hub, clustere
     read = sum(int(b) - int(a) + 1 for a, b in (r.removeprefix("bytes=").split("-") for r in ranges))
     head_bytes = want["masked_embd_ordering"].size * 8 + want["masked_embd_centroids.weight"].size * 2
     assert head_bytes < read < head_bytes + 4096, (read, head_bytes)
-    e = Engine.load(res.target, res.drafter, LoadOptions(n_ctx=2048, n_threads=1, cache_disk_mib=0))
-    try:
-        assert e.draft_head.kind == "clustered"
-        ask = e.format_chat([{"role": "user", "content": "Write a Python function that reverses a list."}])
-        e.reset()
-        base = e.run(ask, GenerationConfig(max_tokens=24, spec="none")).tokens
-        e.reset()
-        r = e.run(ask, GenerationConfig(max_tokens=24, spec="mtp", draft_max=3))
-        assert r.tokens == base and r.stats.accepted_tokens > 0
-    finally:
-        e.close()
+    drafts_clustered_as_the_baseline(res)
 
 
 def test_without_a_checkpoint_the_drafter_gets_tandems_own_clustered_head_and_the_notes_say_why(hub, tmp_path):
@@ -108,13 +112,4 @@ def test_without_a_checkpoint_the_drafter_gets_tandems_own_clustered_head_and_th
     assert set(read_gguf_info(res.drafter).head_tensors) == {"masked_embd_centroids.weight", "masked_embd_ordering"}
     said = "Tandem clustered the drafter's head itself (k-means)"
     assert any(n.startswith("the drafter's clustered head:") and n.endswith(said) for n in res.notes), res.notes
-    e = Engine.load(res.target, res.drafter, LoadOptions(n_ctx=2048, n_threads=1, cache_disk_mib=0))
-    try:
-        assert e.draft_head.kind == "clustered"
-        ask = e.format_chat([{"role": "user", "content": "Write a Python function that reverses a list."}])
-        base = e.run(ask, GenerationConfig(max_tokens=24, spec="none")).tokens
-        e.reset()
-        r = e.run(ask, GenerationConfig(max_tokens=24, spec="mtp", draft_max=3))
-        assert r.tokens == base and r.stats.accepted_tokens > 0
-    finally:
-        e.close()
+    drafts_clustered_as_the_baseline(res)

@@ -396,6 +396,14 @@ def test_cluster_command(place):
     again = run(place, concrete(CLUSTER, N="4", K="2", FILE="own-head.gguf").replace(
         "gemma-4-E4B-it-assistant-Q8_0.gguf", "own-head.gguf"))
     assert "has a clustered head already" in again.stdout
+    # the same options again: the file made before; other options: made again with them
+    assert "(made before)" in run(place, concrete(CLUSTER, N="4", K="2", FILE="own-head.gguf")).stdout
+    r = run(place, concrete(CLUSTER, N="4", K="1", FILE="own-head.gguf"))
+    assert "(made before)" not in r.stdout and "pass 6 of 6" in r.stderr
+    r = _tandem(place, *shlex.split(concrete(CLUSTER, N="4", K="9", FILE="own-head.gguf"))[1:])
+    assert r.returncode == 2 and "--top-k must be between 1 and the 4 clusters (got 9)" in r.stderr, r.stderr
+    r = _tandem(place, *shlex.split(concrete(CLUSTER, N="3", K="1", FILE="x.gguf"))[1:])
+    assert r.returncode == 2 and "--clusters must divide the 512 tokens evenly (got 3)" in r.stderr, r.stderr
 
 
 def test_speed_page_scripts(place, tiny, tmp_path):

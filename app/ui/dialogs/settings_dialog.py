@@ -42,7 +42,7 @@ class SettingsDialog(QDialog):
         self.draft_head.setCurrentText(settings["draft_head"])
         self.draft_head.setToolTip("The drafter's head: clustered scores cluster centroids first and exact logits "
                                    "only for the best clusters' tokens (the E2B and E4B drafters carry them; for a "
-                                   "drafter without, Tandem clusters its head once, about a minute); full scores "
+                                   "drafter without, Tandem clusters its head once, a minute or two); full scores "
                                    "every token; auto: clustered where the drafter has it")
         form.addRow("Drafter head", self.draft_head)
 
