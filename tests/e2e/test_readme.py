@@ -359,6 +359,7 @@ def test_load_benchmark_script(place, tiny, llama_server_bin):
     assert table.count("\n") == 8 and "| Tandem serve, MTP k=3 |" in table
 
 
+@pytest.mark.timeout(1200)  # three llama-servers on a 262k vocabulary and a k-means of its head, beside other tests
 def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_path):
     """The speed page's clustered-head benchmark as it runs, on the tiny pair with a clustered head in
     place of the sizes' pairs (--pair), 8 tokens: both heads and llama-server's three, one table."""
@@ -367,7 +368,7 @@ def test_draft_head_benchmark_script(place, clustered, llama_server_bin, tmp_pat
     assert args[:2] == [".venv/bin/python", "scripts/bench_draft_head.py"]
     r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--pair", "tiny", str(clustered["target"]),
                         str(clustered["ordered"]), "--max-tokens", "8", "--llama-server", llama_server_bin],
-                       cwd=place["work"], env=place["env"], capture_output=True, text=True, timeout=600)
+                       cwd=place["work"], env=place["env"], capture_output=True, text=True, timeout=1100)
     assert r.returncode == 0, r.stderr[-3000:]
     sys.path.insert(0, str(ROOT))
     from scripts.bench_draft_head import markdown
