@@ -290,7 +290,7 @@ class Runtime:
             self.drafter_info = read_gguf_info(drafter_path)
             check_drafter(self.target_info, self.drafter_info)
             # a drafter without a clustered head may have Tandem's own (engine/models/own_clusters.py)
-            own = drafter_for_head(drafter_path, options.draft_head, progress and (
+            own = drafter_for_head(self.drafter_info, options.draft_head, progress and (
                 lambda done, of: progress("drafter (clustering its head, once)", done / of)))
             if own != self.drafter_info.path:
                 self.drafter_info = read_gguf_info(own)

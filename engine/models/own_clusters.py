@@ -164,16 +164,16 @@ def made_before(out: Path, n_clusters: int, top_k: int) -> bool:
     return cen is not None and cen[0][1] == n_clusters and (info.centroid_top_k or DEFAULT_TOP_K) == top_k
 
 
-def drafter_for_head(drafter: str | Path, asked: str, progress: Callable[[int, int], None] | None = None) -> Path:
-    """The drafter file to load for the head `asked`: a drafter without a clustered head gets
+def drafter_for_head(info, asked: str, progress: Callable[[int, int], None] | None = None) -> Path:
+    """The drafter file to load for the head `asked` (`info`: the drafter's GGUFInfo, read
+    already): a drafter without a clustered head gets
     Tandem's own where CLUSTERED is asked (computed now, once) or where AUTO finds it computed
     already (AUTO never computes: a minute's wait at load that nobody asked for); any other
     drafter is loaded as it is."""
     from .draft_head import AUTO, CLUSTERED, DraftHeadError
-    from .gguf_info import read_gguf_info
 
-    drafter = Path(drafter)
-    if asked not in (AUTO, CLUSTERED) or read_gguf_info(drafter).head_tensors:
+    drafter = info.path
+    if asked not in (AUTO, CLUSTERED) or info.head_tensors:
         return drafter
     own = kept_path(drafter, "kmeans")
     if own.exists():
